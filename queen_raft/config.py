@@ -1,0 +1,459 @@
+"""A cluster's configuration: one TOML file (SPEC.md section 6) plus `QUEEN_*` environment overrides.
+
+Everything here is parsed and checked once, at start, so that a bad file stops the node with a
+message naming the key instead of failing later inside a request or a Raft group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+LEVELS = ("admin", "read-write", "read-only", "write-only")
+
+# Tenant names become directory names and metric labels: keep them to a portable alphabet.
+TENANT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NODE_ID_RE = TENANT_NAME_RE
+SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
+MIB = 1024 * 1024
+
+# The single-node dev config, used when no --config is given (a fresh clone, `queen-raft node`).
+EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "cluster_configs" / "single.toml"
+
+
+class ConfigError(ValueError):
+    """A configuration the node refuses to start with; the message names the key and the source."""
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip().replace("_", ""))
+
+
+def _parse_float(text: str) -> float:
+    return float(text.strip())
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+def _parse_optional_int(text: str) -> int | None:
+    """`none`, `off` or an empty value mean "no limit"."""
+    stripped = text.strip().lower()
+    if stripped in ("", "none", "off", "unlimited"):
+        return None
+    return _parse_int(stripped)
+
+
+@dataclass(frozen=True)
+class _SettingSpec:
+    key: str  # in [settings]
+    env: str  # its QUEEN_* variable
+    default: Any
+    parse_env: Callable[[str], Any]
+    check: Callable[[Any], str | None]  # an error text, or None when the value is good
+
+
+def _int_at_least(minimum: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if value < minimum:
+            return f"must be >= {minimum}"
+        return None
+
+    return check
+
+
+def _optional_int_at_least(minimum: int) -> Callable[[Any], str | None]:
+    inner = _int_at_least(minimum)
+    return lambda value: None if value is None else inner(value)
+
+
+def _positive_float(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number"
+    if value <= 0:
+        return "must be > 0"
+    return None
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None or isinstance(value, str) else "must be a string"
+
+
+def _encryption_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not ENCRYPTION_KEY_RE.match(value):
+        return "must be 64 hex characters (an AES-256 key)"
+    return None
+
+
+# Every setting, its QUEEN_* variable and its default (the defaults are SPEC.md's).
+SETTING_SPECS: tuple[_SettingSpec, ...] = (
+    # Raft and the tick
+    _SettingSpec("timer_tick_ms", "QUEEN_RAFT_TIMER_TICK_MS", 50, _parse_int, _int_at_least(0)),
+    _SettingSpec("timer_min_gap_ms", "QUEEN_RAFT_TIMER_MIN_GAP_MS", 5, _parse_int, _int_at_least(0)),
+    _SettingSpec("timer_fire_batch", "QUEEN_RAFT_TIMER_FIRE_BATCH", 256, _parse_int, _int_at_least(1)),
+    _SettingSpec("timer_fire_max_bytes", "QUEEN_RAFT_TIMER_FIRE_MAX_BYTES", 4 * MIB, _parse_int, _int_at_least(1)),
+    _SettingSpec("commit_timeout_ms", "QUEEN_RAFT_COMMIT_TIMEOUT_MS", 5000, _parse_int, _int_at_least(1)),
+    _SettingSpec("fsync", "QUEEN_RAFT_FSYNC", "group", _parse_str, _one_of("group", "off")),
+    _SettingSpec("raft_password", "QUEEN_RAFT_PASSWORD", None, _parse_str, _optional_str),
+    # Election timing measured in research/pysyncobj-recipe.md section 5: a new leader in ~0.3 s.
+    _SettingSpec("election_min_s", "QUEEN_RAFT_ELECTION_MIN_S", 0.2, _parse_float, _positive_float),
+    _SettingSpec("election_max_s", "QUEEN_RAFT_ELECTION_MAX_S", 0.6, _parse_float, _positive_float),
+    _SettingSpec("append_entries_period_s", "QUEEN_RAFT_APPEND_ENTRIES_PERIOD_S", 0.05, _parse_float, _positive_float),
+    # An isolated leader steps down after this (pysyncobj's default of 30 s keeps it "leader" too long).
+    _SettingSpec("leader_fallback_timeout_s", "QUEEN_RAFT_LEADER_FALLBACK_TIMEOUT_S", 2.5, _parse_float, _positive_float),
+    _SettingSpec("connection_retry_s", "QUEEN_RAFT_CONNECTION_RETRY_S", 0.5, _parse_float, _positive_float),
+    # Proposals in flight per group on this node: backpressure instead of an unbounded queue.
+    _SettingSpec("max_in_flight", "QUEEN_RAFT_MAX_IN_FLIGHT", 1024, _parse_int, _int_at_least(1)),
+    _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 5000, _parse_int, _int_at_least(1)),
+    # The timer routes
+    _SettingSpec("timers_max_ops_per_call", "QUEEN_TIMERS_MAX_OPS_PER_CALL", 256, _parse_int, _int_at_least(1)),
+    _SettingSpec("timers_max_pending", "QUEEN_TIMERS_MAX_PENDING", None, _parse_optional_int, _optional_int_at_least(0)),
+    _SettingSpec("timers_max_horizon_s", "QUEEN_TIMERS_MAX_HORIZON_S", 7_776_000, _parse_int, _int_at_least(0)),
+    _SettingSpec("timers_max_payload_bytes", "QUEEN_TIMERS_MAX_PAYLOAD_BYTES", MIB, _parse_int, _int_at_least(0)),
+    # Calls per second per tenant on each node (token bucket); 0 disables the limit.
+    _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "must be a number >= 0"),
+    # Bucket depth; 0 means one second's worth of the rate.
+    _SettingSpec("timers_rate_burst", "QUEEN_TIMERS_RATE_BURST", 0, _parse_int, _int_at_least(0)),
+    # A fire that fails (SPEC.md section 2)
+    _SettingSpec("sweeper_max_attempts", "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, _parse_int, _int_at_least(1)),
+    _SettingSpec("sweeper_backoff_min_ms", "QUEEN_SWEEPER_BACKOFF_MIN_MS", 1000, _parse_int, _int_at_least(0)),
+    _SettingSpec("sweeper_backoff_max_ms", "QUEEN_SWEEPER_BACKOFF_MAX_MS", 60_000, _parse_int, _int_at_least(0)),
+    _SettingSpec("sweeper_transient_backoff_ms", "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS", 1000, _parse_int, _int_at_least(0)),
+    # Encryption at rest (AES-256-GCM)
+    _SettingSpec("encryption_key", "QUEEN_ENCRYPTION_KEY", None, _parse_str, _encryption_key),
+    # HTTP: the largest request body. A 256-op batch of base64 payloads must fit, and one call is
+    # one Raft entry, which must stay well under what a follower can take in one append.
+    _SettingSpec("http_max_body_bytes", "QUEEN_HTTP_MAX_BODY_BYTES", 8 * MIB, _parse_int, _int_at_least(1024)),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    timer_tick_ms: int = 50
+    timer_min_gap_ms: int = 5
+    timer_fire_batch: int = 256
+    timer_fire_max_bytes: int = 4 * MIB
+    commit_timeout_ms: int = 5000
+    fsync: str = "group"
+    raft_password: str | None = None
+    election_min_s: float = 0.2
+    election_max_s: float = 0.6
+    append_entries_period_s: float = 0.05
+    leader_fallback_timeout_s: float = 2.5
+    connection_retry_s: float = 0.5
+    max_in_flight: int = 1024
+    log_compaction_min_entries: int = 5000
+    timers_max_ops_per_call: int = 256
+    timers_max_pending: int | None = None
+    timers_max_horizon_s: int = 7_776_000
+    timers_max_payload_bytes: int = MIB
+    timers_rate: float = 1000.0
+    timers_rate_burst: int = 0
+    sweeper_max_attempts: int = 5
+    sweeper_backoff_min_ms: int = 1000
+    sweeper_backoff_max_ms: int = 60_000
+    sweeper_transient_backoff_ms: int = 1000
+    encryption_key: str | None = None
+    http_max_body_bytes: int = 8 * MIB
+
+    def fire_policy(self) -> dict[str, int]:
+        """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""
+        return {
+            "fireBatch": self.timer_fire_batch,
+            "fireMaxBytes": self.timer_fire_max_bytes,
+            "maxAttempts": self.sweeper_max_attempts,
+            "backoffMinMs": self.sweeper_backoff_min_ms,
+            "backoffMaxMs": self.sweeper_backoff_max_ms,
+            "transientBackoffMs": self.sweeper_transient_backoff_ms,
+        }
+
+
+assert {spec.key for spec in SETTING_SPECS} == {f.name for f in fields(Settings)}, "settings table and dataclass differ"
+assert all(getattr(Settings(), spec.key) == spec.default for spec in SETTING_SPECS), "defaults differ"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: str
+    host: str
+    http_port: int
+    raft_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    def raft_addr(self, tenant_index: int) -> str:
+        """Tenant i's group listens on raft_port + i (SPEC.md section 6)."""
+        return f"{self.host}:{self.raft_port + tenant_index}"
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    sha256: str  # hex digest of the token; plaintext is never kept after loading
+    level: str
+    tenant: str
+    sub: str  # producerSub stamped on what this token produces
+    plaintext: str | None = None  # kept only for dev configs, so `make cluster` can print it
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    name: str
+    index: int  # place in the config: decides the Raft port offset
+    tokens: tuple[TokenConfig, ...]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    data_dir: Path
+    nodes: tuple[NodeConfig, ...]
+    tenants: tuple[TenantConfig, ...]
+    settings: Settings
+    source: str = "<config>"
+    tokens_by_sha256: Mapping[str, TokenConfig] = field(default_factory=dict)
+
+    def node(self, node_id: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise ConfigError(f"{self.source}: no node with id {node_id!r} (nodes: {', '.join(n.id for n in self.nodes)})")
+
+    def tenant(self, name: str) -> TenantConfig:
+        for tenant in self.tenants:
+            if tenant.name == name:
+                return tenant
+        raise KeyError(name)
+
+    def group_data_dir(self, node_id: str, tenant: str) -> Path:
+        return self.data_dir / node_id / tenant
+
+    def find_token(self, token: str) -> TokenConfig | None:
+        """Constant-time compare on the digest, so a timing probe learns nothing of a token."""
+        digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
+        found = self.tokens_by_sha256.get(digest)
+        if found is not None and hmac.compare_digest(found.sha256, digest):
+            return found
+        return None
+
+
+def is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _expect_table(value: Any, where: str, source: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {where} must be a table")
+    return value
+
+
+def _expect_keys(table: dict, where: str, source: str, required: set[str], optional: set[str]) -> None:
+    missing = required - table.keys()
+    if missing:
+        raise ConfigError(f"{source}: {where} is missing {', '.join(sorted(missing))}")
+    unknown = table.keys() - required - optional
+    if unknown:
+        raise ConfigError(f"{source}: {where} has unknown key(s) {', '.join(sorted(unknown))}")
+
+
+def _expect_port(value: Any, where: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ConfigError(f"{source}: {where} must be a port number 1..65535, got {value!r}")
+    return value
+
+
+def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Settings:
+    known = {spec.key for spec in SETTING_SPECS}
+    unknown = table.keys() - known
+    if unknown:
+        raise ConfigError(f"{source}: [settings] has unknown key(s) {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for spec in SETTING_SPECS:
+        value = table.get(spec.key, spec.default)
+        where = f"[settings].{spec.key}"
+        if spec.env in env:
+            where = f"environment {spec.env}"
+            try:
+                value = spec.parse_env(env[spec.env])
+            except ValueError:
+                raise ConfigError(f"{where}={env[spec.env]!r} is not a valid value") from None
+        if isinstance(spec.default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        problem = spec.check(value)
+        if problem:
+            raise ConfigError(f"{source}: {where} {problem}, got {value!r}")
+        values[spec.key] = value
+    settings = Settings(**values)
+    if settings.election_min_s >= settings.election_max_s:
+        raise ConfigError(f"{source}: election_min_s must be below election_max_s")
+    # pysyncobj's validate(): raftMinTimeout > 3 x appendEntriesPeriod.
+    if settings.election_min_s <= 3 * settings.append_entries_period_s:
+        raise ConfigError(f"{source}: election_min_s must exceed 3 x append_entries_period_s")
+    if settings.sweeper_backoff_min_ms > settings.sweeper_backoff_max_ms:
+        raise ConfigError(f"{source}: sweeper_backoff_min_ms must not exceed sweeper_backoff_max_ms")
+    return settings
+
+
+def _parse_token(raw: Any, tenant: str, index: int, source: str) -> TokenConfig:
+    where = f"tenant {tenant!r} token #{index + 1}"
+    table = _expect_table(raw, where, source)
+    _expect_keys(table, where, source, {"level"}, {"token", "token_sha256", "sub"})
+    level = table["level"]
+    if level not in LEVELS:
+        raise ConfigError(f"{source}: {where}: level {level!r} is not one of {', '.join(LEVELS)}")
+    has_plain, has_hash = "token" in table, "token_sha256" in table
+    if has_plain == has_hash:
+        raise ConfigError(f"{source}: {where}: give exactly one of token or token_sha256")
+    plaintext = None
+    if has_plain:
+        plaintext = table["token"]
+        if not isinstance(plaintext, str) or not plaintext:
+            raise ConfigError(f"{source}: {where}: token must be a non-empty string")
+        digest = hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+    else:
+        digest = table["token_sha256"]
+        if not isinstance(digest, str) or not SHA256_HEX_RE.match(digest.lower()):
+            raise ConfigError(f"{source}: {where}: token_sha256 must be 64 hex characters")
+        digest = digest.lower()
+    sub = table.get("sub", f"{tenant}:{level}:{digest[:12]}")
+    if not isinstance(sub, str) or not sub:
+        raise ConfigError(f"{source}: {where}: sub must be a non-empty string")
+    return TokenConfig(sha256=digest, level=level, tenant=tenant, sub=sub, plaintext=plaintext)
+
+
+def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str = "<config>") -> ClusterConfig:
+    """Checks a decoded TOML document and applies the QUEEN_* overrides found in `env`."""
+    env = os.environ if env is None else env
+    _expect_keys(dict(raw), "the file", source, {"cluster", "nodes", "tenants"}, {"settings"})
+    cluster = _expect_table(raw["cluster"], "[cluster]", source)
+    _expect_keys(cluster, "[cluster]", source, {"name", "data_dir"}, set())
+    if not isinstance(cluster["name"], str) or not cluster["name"]:
+        raise ConfigError(f"{source}: [cluster].name must be a non-empty string")
+    if not isinstance(cluster["data_dir"], str) or not cluster["data_dir"]:
+        raise ConfigError(f"{source}: [cluster].data_dir must be a non-empty string")
+
+    raw_nodes = raw["nodes"]
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ConfigError(f"{source}: [[nodes]] must list at least one node")
+    raw_tenants = raw["tenants"]
+    if not isinstance(raw_tenants, list) or not raw_tenants:
+        raise ConfigError(f"{source}: [[tenants]] must list at least one tenant")
+
+    nodes: list[NodeConfig] = []
+    for i, raw_node in enumerate(raw_nodes):
+        where = f"node #{i + 1}"
+        table = _expect_table(raw_node, where, source)
+        _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, set())
+        node_id = table["id"]
+        if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
+            raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
+        if not isinstance(table["host"], str) or not table["host"]:
+            raise ConfigError(f"{source}: node {node_id!r}: host must be a non-empty string")
+        nodes.append(NodeConfig(
+            id=node_id,
+            host=table["host"],
+            http_port=_expect_port(table["http_port"], f"node {node_id!r} http_port", source),
+            raft_port=_expect_port(table["raft_port"], f"node {node_id!r} raft_port", source),
+        ))
+    ids = [n.id for n in nodes]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{source}: node ids must be unique, got {', '.join(ids)}")
+
+    tenants: list[TenantConfig] = []
+    tokens_by_sha256: dict[str, TokenConfig] = {}
+    for i, raw_tenant in enumerate(raw_tenants):
+        where = f"tenant #{i + 1}"
+        table = _expect_table(raw_tenant, where, source)
+        _expect_keys(table, where, source, {"name", "tokens"}, set())
+        name = table["name"]
+        if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
+            raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
+        raw_tokens = table["tokens"]
+        if not isinstance(raw_tokens, list) or not raw_tokens:
+            raise ConfigError(f"{source}: tenant {name!r} needs at least one [[tenants.tokens]]")
+        tokens = tuple(_parse_token(t, name, j, source) for j, t in enumerate(raw_tokens))
+        for token in tokens:
+            if token.sha256 in tokens_by_sha256:
+                raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
+            tokens_by_sha256[token.sha256] = token
+        tenants.append(TenantConfig(name=name, index=i, tokens=tokens))
+    names = [t.name for t in tenants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: tenant names must be unique, got {', '.join(names)}")
+
+    # Every port a node listens on, on its host: HTTP, and one Raft port per tenant.
+    taken: dict[tuple[str, int], str] = {}
+    for node in nodes:
+        wanted = [(node.http_port, f"node {node.id!r} http_port")]
+        for tenant in tenants:
+            port = node.raft_port + tenant.index
+            if port > 65535:
+                raise ConfigError(f"{source}: node {node.id!r}: raft_port + {tenant.index} (tenant {tenant.name!r}) is past 65535")
+            wanted.append((port, f"node {node.id!r} raft port of tenant {tenant.name!r}"))
+        for port, what in wanted:
+            key = (node.host, port)
+            if key in taken:
+                raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
+            taken[key] = what
+
+    settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
+
+    all_loopback = all(is_loopback_host(n.host) for n in nodes)
+    if not all_loopback:
+        plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
+        if plain:
+            raise ConfigError(
+                f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address is "
+                "loopback; store them as token_sha256"
+            )
+        if not settings.raft_password:
+            raise ConfigError(
+                f"{source}: a node address is not loopback, so the Raft ports need a password "
+                "(settings raft_password or QUEEN_RAFT_PASSWORD): the peer protocol is pickle"
+            )
+
+    return ClusterConfig(
+        name=cluster["name"],
+        data_dir=Path(cluster["data_dir"]),
+        nodes=tuple(nodes),
+        tenants=tuple(tenants),
+        settings=settings,
+        source=source,
+        tokens_by_sha256=tokens_by_sha256,
+    )
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> ClusterConfig:
+    """Reads a TOML file (the embedded single-node default when `path` is None)."""
+    path = Path(path) if path is not None else EMBEDDED_DEFAULT_CONFIG
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(raw, env=env, source=str(path))
