@@ -1,0 +1,403 @@
+"""TenantState against the plain reference model in timer_model.py, step by step.
+
+Hypothesis drives both through random timer batches, ticks with tight fire bounds, pushes with
+repeated txns, queue-mode pops, prefix acks and lease expiries, under a wandering proposer clock
+that also runs backwards (the group clock must not). Every answer is compared with the model's,
+and after every step the invariants of issue 2 are checked on what the state shows through its
+read helpers.
+"""
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from hypothesis_depth import STATEFUL_SETTINGS
+from queen_raft.state import TenantState
+from timer_model import DEFAULT_PARTITION, TimerModel, utf8_order
+
+QUEUES = ["q0", "q1"]  # q0 may be configured at the start; q1 is only ever created implicitly.
+PARTITIONS = [DEFAULT_PARTITION, "a", "p1"]  # "Default" sorts first: pop(None) takes it first.
+TIMER_KEYS = ["k0", "k1", "k2", "k3", "tenant/42", "Z", "é"]  # "é" sorts last as UTF-8 bytes.
+PRODUCER = "producer-1"
+
+START_WALL_MS = 1_700_000_000_000
+HOUR_MS = 3_600_000
+
+# Enough ops per batch to interleave statuses, few enough that keys collide across batches.
+MAX_OPS_PER_BATCH = 4
+MAX_PUSH_ITEMS = 4
+MAX_POP_BATCH = 4
+# Payloads around the 12-byte maxPayloadBytes that q0 may get, and around the small fireMaxBytes.
+MAX_PAYLOAD = 20
+# Pages small enough that paging itself is exercised.
+FETCH_PAGE = 3
+LIST_PAGE = 2
+
+# The proposer's clock: stays, creeps, jumps past leases and dedup windows, or runs backwards
+# (another node, behind by seconds, proposes).
+CLOCK_STEPS = st.one_of(
+    st.just(0),
+    st.integers(1, 1500),
+    st.integers(-5000, -1),
+    st.integers(1500, 8000),
+    st.sampled_from([HOUR_MS - 1, HOUR_MS, HOUR_MS + 1, 300_000]),
+)
+DELAYS = st.one_of(
+    st.integers(-2000, 0),  # already due: fires in the scheduling entry
+    st.integers(1, 3000),
+    st.integers(3000, 20_000),
+)
+# Two sizes of payload, so q0's 12-byte limit (when configured) refuses some and not others.
+SMALL_PAYLOAD_MAX = 8
+OVER_SMALL_LIMIT = 13
+PAYLOADS = st.one_of(st.binary(max_size=SMALL_PAYLOAD_MAX),
+                     st.binary(min_size=OVER_SMALL_LIMIT, max_size=MAX_PAYLOAD))
+FIRE_POLICIES = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({
+        "fireBatch": st.integers(1, 3),
+        "fireMaxBytes": st.integers(1, 40),
+        "maxAttempts": st.integers(1, 3),
+        "backoffMinMs": st.integers(1, 500),
+        "backoffMaxMs": st.integers(500, 2000),
+    }),
+)
+
+
+def assert_matches(got, want, where="answer"):
+    """Every key the model answers must be in the state's answer with the same value; the state
+    may add keys the contract does not name."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), f"{where}: {got!r} is not a dict, want {want!r}"
+        for key, value in want.items():
+            assert key in got, f"{where}: missing {key!r} in {got!r}, want {want!r}"
+            assert_matches(got[key], value, f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list), f"{where}: {got!r} is not a list, want {want!r}"
+        assert len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_matches(g, w, f"{where}[{i}]")
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def without_lease_ids(pop_answer):
+    """autoAck keeps no lease; the contract does not say which leaseId such an answer shows."""
+    return {"messages": [{k: v for k, v in m.items() if k != "leaseId"}
+                         for m in pop_answer["messages"]]}
+
+
+class StateAgainstModel(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.state = TenantState()
+        self.model = TimerModel()
+        self.wall = START_WALL_MS
+        self.serial = 0
+        self.used_txns = []
+        self.issued_leases = []  # (leaseId, queue, partition, offsets) of every lease a pop took
+        self.lease_times_s = [300]
+
+    # ---------------------------------------------------------------------------- plumbing
+    def mint(self, prefix):
+        self.serial += 1
+        return f"{prefix}-{self.serial:06d}"
+
+    def now(self, step):
+        self.wall += step
+        return self.wall
+
+    def schedule_op(self, data, queue, key, txn=None):
+        txn = txn if txn is not None else self.mint("tx")
+        self.used_txns.append(txn)
+        return {
+            "op": data.draw(st.sampled_from(["schedule", "reschedule"])),
+            "queue": queue,
+            "timerKey": key,
+            "partition": data.draw(st.sampled_from(PARTITIONS)),
+            "delayMs": data.draw(DELAYS),
+            "txn": txn,
+            "messageId": self.mint("m"),
+            "payload": data.draw(PAYLOADS),
+            "payloadZstd": False,
+            "encrypted": False,
+        }
+
+    def run_timers(self, step, ops, max_pending=None, policy=None):
+        now = self.now(step)
+        command = {"op": "timers", "now": now, "producerSub": PRODUCER, "maxPending": max_pending,
+                   "ops": ops}
+        if policy is not None:
+            command["policy"] = policy
+        fired_before = dict(self.model.fired_counts)
+        got = self.state.apply(command)
+        want = self.model.timers(now, PRODUCER, ops, max_pending, policy)
+        assert_matches(got, want, "timers")
+        # Coverage labels (pytest --hypothesis-show-statistics): which paths a run reached.
+        event(f"timers: {want.get('error', 'applied')}")
+        for outcome, count in self.model.fired_counts.items():
+            if count > fired_before[outcome]:
+                event(f"timers: fired in the scheduling entry ({outcome})")
+        return got
+
+    # ------------------------------------------------------------------------------- rules
+    @initialize(configure_q0=st.sampled_from([True, True, False]),
+                lease_time=st.sampled_from([1, 3, 300]),
+                dedup_window=st.sampled_from([1, 4, 3600]),
+                max_payload=st.sampled_from([12, 12, 1048576]))
+    def configure(self, configure_q0, lease_time, dedup_window, max_payload):
+        if not configure_q0:
+            return
+        options = {"leaseTime": lease_time, "dedupWindowSeconds": dedup_window,
+                   "maxPayloadBytes": max_payload}
+        now = self.now(0)
+        got = self.state.apply({"op": "configure", "now": now, "queue": "q0", "options": options,
+                                "mode": "merge"})
+        want = self.model.configure(now, "q0", options)
+        assert got == want, f"configure: {got!r} != {want!r}"
+        self.lease_times_s.append(lease_time)
+
+    @rule(data=st.data(), step=CLOCK_STEPS)
+    def timers_batch(self, data, step):
+        """Schedules, reschedules and cancels on distinct keys, in one entry."""
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from(QUEUES), st.sampled_from(TIMER_KEYS)),
+                                   min_size=1, max_size=MAX_OPS_PER_BATCH, unique=True))
+        ops = []
+        for queue, key in pairs:
+            if data.draw(st.integers(0, 4)) == 0:
+                ops.append({"op": "cancel", "queue": queue, "timerKey": key,
+                            "txn": data.draw(st.one_of(st.none(), st.just(self.mint("ctx"))))})
+            else:
+                ops.append(self.schedule_op(data, queue, key))
+        max_pending = data.draw(st.one_of(st.none(), st.none(), st.integers(0, 6)))
+        policy = data.draw(st.one_of(st.none(), FIRE_POLICIES))
+        self.run_timers(step, ops, max_pending, policy)
+
+    @precondition(lambda self: self.model.pending_timers)
+    @rule(data=st.data(), step=CLOCK_STEPS, echo=st.booleans())
+    def cancel_pending(self, data, step, echo):
+        """A cancel aimed at a timer that is pending (random batches mostly miss)."""
+        queue, key = data.draw(st.sampled_from(sorted(self.model.pending_timers)))
+        ops = [{"op": "cancel", "queue": queue, "timerKey": key,
+                "txn": self.mint("ctx") if echo else None}]
+        self.run_timers(step, ops)
+
+    @precondition(lambda self: self.used_txns)
+    @rule(data=st.data(), step=CLOCK_STEPS)
+    def schedule_reusing_txn(self, data, step):
+        """A txn already seen (pushed or scheduled): the fire must dedup while the window holds."""
+        txn = data.draw(st.sampled_from(self.used_txns))
+        queue = data.draw(st.sampled_from(QUEUES))
+        key = data.draw(st.sampled_from(TIMER_KEYS))
+        self.run_timers(step, [self.schedule_op(data, queue, key, txn=txn)])
+
+    @rule(data=st.data(), step=CLOCK_STEPS)
+    def timers_batch_with_repeated_key(self, data, step):
+        queue = data.draw(st.sampled_from(QUEUES))
+        key = data.draw(st.sampled_from(TIMER_KEYS))
+        ops = [self.schedule_op(data, queue, key),
+               {"op": "cancel", "queue": queue, "timerKey": key, "txn": None}]
+        got = self.run_timers(step, ops)
+        assert got.get("error") == "timers_bad_request", got
+
+    @rule(step=CLOCK_STEPS, policy=FIRE_POLICIES)
+    def tick(self, step, policy):
+        now = self.now(step)
+        command = {"op": "tick", "now": now}
+        if policy is not None:
+            command["policy"] = policy
+        got = self.state.apply(command)
+        want = self.model.tick(now, policy)
+        assert_matches(got, want, "tick")
+        for outcome in ("appended", "duplicate", "failed", "dlq"):
+            if want[outcome]:
+                event(f"tick: {outcome}")
+        if want["moreDue"]:
+            event("tick: bounded, more due")
+
+    @rule(data=st.data(), step=CLOCK_STEPS)
+    def push(self, data, step):
+        items = []
+        for _ in range(data.draw(st.integers(1, MAX_PUSH_ITEMS))):
+            if self.used_txns and data.draw(st.booleans()):
+                txn = data.draw(st.sampled_from(self.used_txns))
+            else:
+                txn = self.mint("ptx")
+            self.used_txns.append(txn)
+            items.append({
+                "queue": data.draw(st.sampled_from(QUEUES)),
+                "partition": data.draw(st.sampled_from(PARTITIONS)),
+                "payload": data.draw(PAYLOADS),
+                "transactionId": txn,
+                "messageId": self.mint("m"),
+                "traceId": data.draw(st.sampled_from([None, "trace-1"])),
+                "encrypted": False,
+            })
+        now = self.now(step)
+        got = self.state.apply({"op": "push", "now": now, "producerSub": PRODUCER, "items": items})
+        reappended_before = sum(self.model.reappended_after_expiry.values())
+        want = self.model.push(now, PRODUCER, items)
+        assert_matches(got, want, "push")
+        for result in want["results"]:
+            event(f"push: {result['status']}")
+        if sum(self.model.reappended_after_expiry.values()) > reappended_before:
+            event("push: txn appended again after its window expired")
+
+    @rule(step=CLOCK_STEPS, queue=st.sampled_from(QUEUES),
+          partition=st.one_of(st.none(), st.sampled_from(PARTITIONS)),
+          batch=st.integers(1, MAX_POP_BATCH), auto_ack=st.sampled_from([False, False, False, True]))
+    def pop(self, step, queue, partition, batch, auto_ack):
+        now = self.now(step)
+        lease_id = self.mint("lease")
+        got = self.state.apply({"op": "pop", "now": now, "queue": queue, "partition": partition,
+                                "consumerGroup": None, "batch": batch, "leaseId": lease_id,
+                                "autoAck": auto_ack})
+        want = self.model.pop(now, queue, partition, batch, lease_id, auto_ack)
+        if auto_ack:
+            assert_matches(without_lease_ids(got), without_lease_ids(want), "pop(autoAck)")
+        else:
+            assert_matches(got, want, "pop")
+        if any(m["deliveryAttempt"] > 1 for m in want["messages"]):
+            event("pop: redelivery after an expired lease")
+        if want["messages"] and not auto_ack:
+            self.issued_leases.append((lease_id, queue, want["messages"][0]["partition"],
+                                       [m["offset"] for m in want["messages"]]))
+
+    @precondition(lambda self: self.issued_leases)
+    @rule(data=st.data(), step=CLOCK_STEPS)
+    def ack(self, data, step):
+        """Completed acks of a prefix of what a live lease still holds, or of an expired, settled
+        or superseded lease (refused per item)."""
+        lease_id, queue, partition, offsets = data.draw(st.sampled_from(self.issued_leases))
+        now = self.now(step)
+        self.model.advance(now)  # liveness is judged at this entry's group now
+        holder = self.model.find_live_lease(lease_id)
+        if holder is not None:
+            lease = holder[2]["lease"]
+            unsettled = [o for o in lease["offsets"] if o not in lease["settled"]]
+            count = data.draw(st.integers(1, len(unsettled)))
+            chosen = unsettled[:count]
+        else:
+            chosen = offsets[:1]
+        acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
+                            "status": "completed"} for o in chosen]
+        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": None, "leaseId": lease_id,
+                                "acknowledgments": acknowledgments})
+        want = self.model.ack(now, lease_id, acknowledgments)
+        assert_matches(got, want, "ack")
+        event(f"ack: {'accepted' if want['results'][0]['success'] else 'refused'}")
+
+    @rule(extra=st.integers(0, 2))
+    def expire_every_lease(self, extra):
+        """Jump the clock just past the longest lease, and let a barrier carry it into the group."""
+        target = max(self.model.clock, self.wall) + max(self.lease_times_s) * 1000 + extra
+        now = self.now(target - self.wall)
+        got = self.state.apply({"op": "barrier", "now": now})
+        want = self.model.barrier(now)
+        assert got == want
+
+    @rule(step=CLOCK_STEPS)
+    def barrier(self, step):
+        now = self.now(step)
+        assert self.state.apply({"op": "barrier", "now": now}) == self.model.barrier(now)
+
+    # -------------------------------------------------------------------------- invariants
+    def state_log(self, queue, partition):
+        records = []
+        while True:
+            page = self.state.fetch(queue, partition, len(records), FETCH_PAGE)
+            assert len(page) <= FETCH_PAGE, page
+            if not page:
+                return records
+            records.extend(page)
+
+    @invariant()
+    def group_clock_is_the_max_of_proposals(self):
+        clock = self.state.clock() if callable(self.state.clock) else self.state.clock
+        assert clock == self.model.clock
+
+    @invariant()
+    def partition_logs_agree_and_hold_the_invariants(self):
+        cancelled = set(self.model.cancelled_message_ids)
+        for queue in QUEUES:
+            for partition in PARTITIONS:
+                records = self.state_log(queue, partition)
+                # Offsets gapless from 0.
+                assert [r["offset"] for r in records] == list(range(len(records))), records
+                # A txn at most once per partition, unless the model saw its window expire.
+                seen = {}
+                for r in records:
+                    seen[r["transactionId"]] = seen.get(r["transactionId"], 0) + 1
+                for txn, count in seen.items():
+                    allowed = 1 + self.model.reappended_after_expiry.get((queue, partition, txn), 0)
+                    assert count <= allowed, f"{queue}/{partition}: txn {txn} appended {count} times"
+                for r in records:
+                    # Nothing appended for a timer after an acknowledged cancel (or replacement).
+                    assert r["messageId"] not in cancelled, f"cancelled timer fired: {r!r}"
+                    # Nothing fires before its deliverAt.
+                    deliver_at = self.model.deliver_at_by_message_id.get(r["messageId"])
+                    if deliver_at is not None:
+                        assert r["createdAt"] >= deliver_at, f"fired early: {r!r} < {deliver_at}"
+                want = [{"offset": m["offset"], "transactionId": m["transactionId"],
+                         "messageId": m["messageId"], "payload": m["payload"],
+                         "createdAt": m["createdAt"]}
+                        for m in self.model.messages(queue, partition)]
+                assert_matches(records, want, f"fetch {queue}/{partition}")
+
+    @invariant()
+    def timers_agree(self):
+        assert self.state.next_due_at() == self.model.next_due_at()
+        counters = self.state.counters()
+        assert counters["pendingTimers"] == len(self.model.pending_timers)
+        assert_matches(counters["fired"], self.model.fired_counts, "counters.fired")
+        assert counters["billedMessages"] == self.model.billed
+        for queue in QUEUES:
+            for key in TIMER_KEYS:
+                got = self.state.peek_timer(queue, key)
+                timer = self.model.pending_timers.get((queue, key))
+                if timer is None:
+                    assert got is None, f"peek {queue}/{key}: {got!r}, model has no timer"
+                    continue
+                assert_matches(got, {
+                    "queue": queue, "timerKey": key, "partition": timer["partition"],
+                    "deliverAt": timer["deliverAt"], "txn": timer["txn"],
+                    "messageId": timer["messageId"], "payload": timer["payload"],
+                    "attempts": timer["attempts"],
+                }, f"peek {queue}/{key}")
+
+    @invariant()
+    def listing_pages_through_the_pending_keys_in_byte_order(self):
+        for queue in QUEUES:
+            listed = []
+            after = None
+            while True:
+                page = self.state.list_timers(queue, after, LIST_PAGE)
+                rows = page["rows"]
+                assert len(rows) <= LIST_PAGE
+                listed.extend(row["timerKey"] for row in rows)
+                if not page["truncated"]:
+                    break
+                assert rows, "truncated page without rows"
+                after = page["nextAfter"]
+                assert after == rows[-1]["timerKey"]
+            assert listed == self.model.timer_keys(queue)
+            assert listed == sorted(listed, key=utf8_order)
+
+    @invariant()
+    def deliverable_agrees_with_pop(self):
+        for queue in QUEUES:
+            for partition in PARTITIONS:
+                assert (self.state.deliverable(queue, partition, None)
+                        == self.model.deliverable(queue, partition)), (queue, partition)
+
+    @invariant()
+    def timer_dead_letters_agree(self):
+        for queue in QUEUES:
+            want = self.model.queues.get(queue, {"dlq": []})["dlq"]
+            rows = self.state.dlq_list(queue, 1000)
+            assert len(rows) == len(want), rows
+            assert sorted(r["messageId"] for r in rows) == sorted(w["messageId"] for w in want)
+
+
+StateAgainstModel.TestCase.settings = STATEFUL_SETTINGS
+TestStateAgainstModel = StateAgainstModel.TestCase

@@ -1,0 +1,424 @@
+"""A plain reference model of the parts of TenantState the property tests drive.
+
+Written from docs/commands.md and SPEC.md sections 1-3, not from queen_raft/state, and as plainly
+as possible: dicts and lists, linear scans, no indexes. It is slow on purpose; it only has to be
+obviously right for the few dozen timers and messages a Hypothesis run makes.
+
+What it models: the group clock; timers keyed by (queue, timerKey) with upsert, cancel, the
+pending quota, the duplicate-key refusal, fires at or after deliverAt in (dueAt, queue, timerKey)
+order under the fireBatch and fireMaxBytes bounds, permanent fire failures (payload over the
+queue's maxPayloadBytes) with exponential backoff and the `__timer__` DLQ; partitions as lists of
+messages with a per-partition dedup window; queue-mode consumption with one lease per partition,
+a cursor, prefix acks and redelivery after the lease expires.
+
+Where the contract leaves a choice open, the choice is a named constant below, so a disagreement
+with the state is one line to find and one line to flip.
+"""
+
+DEFAULT_PARTITION = "Default"
+QUEUE_MODE_GROUP = "__QUEUE_MODE__"
+TIMER_DLQ_GROUP = "__timer__"
+
+# Queue option defaults, docs/commands.md `configure`.
+DEFAULT_QUEUE_OPTIONS = {
+    "leaseTime": 300,
+    "retryLimit": 3,
+    "deadLetterQueue": True,
+    "dedupWindowSeconds": 3600,
+    "delayedProcessing": 0,
+    "maxPayloadBytes": 1048576,
+    "maxSize": 0,
+    "retentionSeconds": 0,
+    "encryptionEnabled": False,
+}
+
+# Fire policy defaults, docs/commands.md `policy`.
+DEFAULT_POLICY = {
+    "fireBatch": 256,
+    "fireMaxBytes": 4194304,
+    "maxAttempts": 5,
+    "backoffMinMs": 1000,
+    "backoffMaxMs": 60000,
+    "transientBackoffMs": 1000,
+}
+
+# Contract choice: a dedup entry or a lease with expiry E is dead from clock == E on (the usual
+# "expiresAt <= now means expired"). The contract says "window" and "expired" without the boundary.
+EXPIRED_AT_EXACT_INSTANT = True
+
+# Contract choice: the first delivery of a message has deliveryAttempt 1, each redelivery after an
+# expired lease adds one.
+FIRST_DELIVERY_ATTEMPT = 1
+
+# Contract choice: a `timers` command fires, after its ops, only the timers it scheduled that are
+# already due (all of them, in (dueAt, queue, timerKey) order, not bounded by fireBatch); timers
+# that were due before the command wait for the next tick. "Schedules whose deliverAt <= groupNow
+# fire inside this same entry".
+IMMEDIATE_FIRE_ONLY_THIS_BATCH = True
+
+
+def is_expired(expires_at, clock):
+    if EXPIRED_AT_EXACT_INSTANT:
+        return clock >= expires_at
+    return clock > expires_at
+
+
+def utf8_order(key):
+    """timerKey order of list_timers: by the key's UTF-8 bytes."""
+    return key.encode("utf-8")
+
+
+class TimerModel:
+    def __init__(self):
+        self.clock = 0
+        # (queue, timerKey) -> {"queue", "timerKey", "partition", "deliverAt", "dueAt", "txn",
+        #                       "messageId", "payload", "producerSub", "attempts", "lastError"}
+        self.pending_timers = {}
+        # queue -> {"options": dict, "partitions": {name: partition}, "dlq": [rows]}
+        # partition: {"messages": [...], "dedup": {txn: {"offset", "messageId", "expiresAt"}},
+        #             "cursor": next offset not yet completed,
+        #             "deliveries": {offset: times delivered},
+        #             "lease": None | {"leaseId", "expiresAt", "offsets": [...], "settled": [...]}}
+        self.queues = {}
+        self.billed = 0
+        self.fired_counts = {"appended": 0, "duplicate": 0, "failed": 0, "dlq": 0}
+        # Facts the invariants need and the log alone does not carry.
+        self.cancelled_message_ids = []
+        self.deliver_at_by_message_id = {}
+        # (queue, partition, txn) -> times the txn was appended again after its window expired.
+        self.reappended_after_expiry = {}
+
+    # ----------------------------------------------------------------------------- clock
+    def advance(self, now):
+        self.clock = max(self.clock, now)
+
+    # ---------------------------------------------------------------------- queues, push path
+    def queue(self, name):
+        if name not in self.queues:
+            self.queues[name] = {"options": dict(DEFAULT_QUEUE_OPTIONS), "partitions": {}, "dlq": []}
+        return self.queues[name]
+
+    def partition(self, queue_name, partition_name):
+        partitions = self.queue(queue_name)["partitions"]
+        if partition_name not in partitions:
+            partitions[partition_name] = {
+                "messages": [],
+                "dedup": {},
+                "cursor": 0,
+                "deliveries": {},
+                "lease": None,
+            }
+        return partitions[partition_name]
+
+    def live_dedup_entry(self, part, txn):
+        entry = part["dedup"].get(txn)
+        if entry is None or is_expired(entry["expiresAt"], self.clock):
+            return None
+        return entry
+
+    def push_one(self, queue_name, partition_name, txn, message_id, payload, producer_sub, trace_id):
+        """The push path shared by `push` and fires: (status, offset, messageId)."""
+        options = self.queue(queue_name)["options"]
+        if len(payload) > options["maxPayloadBytes"]:
+            return "payload_too_large", None, message_id
+        part = self.partition(queue_name, partition_name)
+        original = self.live_dedup_entry(part, txn)
+        if original is not None:
+            return "duplicate", original["offset"], original["messageId"]
+        if txn in part["dedup"]:
+            key = (queue_name, partition_name, txn)
+            self.reappended_after_expiry[key] = self.reappended_after_expiry.get(key, 0) + 1
+        offset = len(part["messages"])
+        part["messages"].append({
+            "offset": offset,
+            "transactionId": txn,
+            "messageId": message_id,
+            "payload": payload,
+            "createdAt": self.clock,
+            "producerSub": producer_sub,
+            "traceId": trace_id,
+        })
+        part["dedup"][txn] = {
+            "offset": offset,
+            "messageId": message_id,
+            "expiresAt": self.clock + options["dedupWindowSeconds"] * 1000,
+        }
+        return "queued", offset, message_id
+
+    # ------------------------------------------------------------------------------ commands
+    def configure(self, now, queue_name, options):
+        self.advance(now)
+        q = self.queue(queue_name)
+        q["options"].update(options)
+        return {"queue": queue_name, "options": dict(q["options"])}
+
+    def barrier(self, now):
+        self.advance(now)
+        return {}
+
+    def timers(self, now, producer_sub, ops, max_pending=None, policy=None):
+        self.advance(now)
+        keys = [(op["queue"], op["timerKey"]) for op in ops]
+        if len(set(keys)) != len(keys):
+            return {"error": "timers_bad_request"}
+        pending_after = set(self.pending_timers)
+        adds = False
+        for op in ops:
+            key = (op["queue"], op["timerKey"])
+            if op["op"] == "cancel":
+                pending_after.discard(key)
+            else:
+                if key not in self.pending_timers:
+                    adds = True
+                pending_after.add(key)
+        if max_pending is not None and adds and len(pending_after) > max_pending:
+            return {"error": "timers_quota_exceeded"}
+
+        results = []
+        scheduled_keys = []
+        for op in ops:
+            key = (op["queue"], op["timerKey"])
+            if op["op"] == "cancel":
+                existing = self.pending_timers.pop(key, None)
+                if existing is None:
+                    results.append({"ok": False, "status": "absent", "queue": op["queue"],
+                                    "timerKey": op["timerKey"], "txn": op.get("txn")})
+                else:
+                    self.cancelled_message_ids.append(existing["messageId"])
+                    txn = op.get("txn") if op.get("txn") is not None else existing["txn"]
+                    results.append({"ok": True, "status": "cancelled", "queue": op["queue"],
+                                    "timerKey": op["timerKey"], "txn": txn})
+            else:
+                status = "rescheduled" if key in self.pending_timers else "scheduled"
+                if key in self.pending_timers:
+                    # A replaced timer never fires: its messageId is as dead as a cancelled one.
+                    self.cancelled_message_ids.append(self.pending_timers[key]["messageId"])
+                deliver_at = self.clock + op["delayMs"]
+                self.pending_timers[key] = {
+                    "queue": op["queue"],
+                    "timerKey": op["timerKey"],
+                    "partition": op.get("partition", DEFAULT_PARTITION),
+                    "deliverAt": deliver_at,
+                    "dueAt": deliver_at,
+                    "txn": op["txn"],
+                    "messageId": op["messageId"],
+                    "payload": op["payload"],
+                    "producerSub": producer_sub,
+                    "attempts": 0,
+                    "lastError": None,
+                }
+                self.deliver_at_by_message_id[op["messageId"]] = deliver_at
+                self.billed += 1
+                scheduled_keys.append(key)
+                results.append({"ok": True, "status": status, "queue": op["queue"],
+                                "timerKey": op["timerKey"], "txn": op["txn"],
+                                "messageId": op["messageId"], "deliverAt": deliver_at})
+
+        if IMMEDIATE_FIRE_ONLY_THIS_BATCH:
+            due_now = [self.pending_timers[k] for k in scheduled_keys
+                       if k in self.pending_timers and self.pending_timers[k]["dueAt"] <= self.clock]
+            due_now.sort(key=lambda t: (t["dueAt"], t["queue"], t["timerKey"]))
+            full_policy = dict(DEFAULT_POLICY, **(policy or {}))
+            for timer in due_now:
+                self.fire(timer, full_policy)
+        else:
+            self.fire_due(policy)
+        return {"results": results}
+
+    def due_timers_in_order(self):
+        due = [t for t in self.pending_timers.values() if t["dueAt"] <= self.clock]
+        due.sort(key=lambda t: (t["dueAt"], t["queue"], t["timerKey"]))
+        return due
+
+    def fire(self, timer, policy):
+        """One fire through the push path; returns "appended" | "duplicate" | "failed" | "dlq"."""
+        key = (timer["queue"], timer["timerKey"])
+        status, _offset, _message_id = self.push_one(
+            timer["queue"], timer["partition"], timer["txn"], timer["messageId"],
+            timer["payload"], timer["producerSub"], None)
+        if status == "queued":
+            del self.pending_timers[key]
+            outcome = "appended"
+        elif status == "duplicate":
+            del self.pending_timers[key]
+            self.cancelled_message_ids.append(timer["messageId"])
+            outcome = "duplicate"
+        else:
+            timer["attempts"] += 1
+            timer["lastError"] = status
+            if timer["attempts"] >= policy["maxAttempts"]:
+                del self.pending_timers[key]
+                self.cancelled_message_ids.append(timer["messageId"])
+                self.queue(timer["queue"])["dlq"].append({
+                    "queue": timer["queue"], "partition": timer["partition"],
+                    "consumerGroup": TIMER_DLQ_GROUP, "offset": -1,
+                    "transactionId": timer["txn"], "messageId": timer["messageId"],
+                })
+                outcome = "dlq"
+            else:
+                backoff = policy["backoffMinMs"] * 2 ** (timer["attempts"] - 1)
+                timer["dueAt"] = self.clock + min(backoff, policy["backoffMaxMs"])
+                outcome = "failed"
+        self.fired_counts[outcome] += 1
+        return outcome
+
+    def fire_due(self, policy):
+        full_policy = dict(DEFAULT_POLICY, **(policy or {}))
+        taken = []
+        taken_bytes = 0
+        for timer in self.due_timers_in_order():
+            if len(taken) >= full_policy["fireBatch"]:
+                break
+            if taken and taken_bytes + len(timer["payload"]) > full_policy["fireMaxBytes"]:
+                break
+            taken.append(timer)
+            taken_bytes += len(timer["payload"])
+        answer = {"fired": 0, "appended": 0, "duplicate": 0, "failed": 0, "dlq": 0, "lagsMs": []}
+        for timer in taken:
+            outcome = self.fire(timer, full_policy)
+            answer["fired"] += 1
+            answer[outcome] += 1
+            if outcome in ("appended", "duplicate"):
+                answer["lagsMs"].append(self.clock - timer["deliverAt"])
+        answer["moreDue"] = len(self.due_timers_in_order()) > 0
+        answer["nextDueAt"] = self.next_due_at()
+        return answer
+
+    def tick(self, now, policy=None):
+        self.advance(now)
+        return self.fire_due(policy)
+
+    def push(self, now, producer_sub, items):
+        self.advance(now)
+        results = []
+        for index, item in enumerate(items):
+            self.billed += 1
+            status, offset, message_id = self.push_one(
+                item["queue"], item["partition"], item["transactionId"], item["messageId"],
+                item["payload"], producer_sub, item.get("traceId"))
+            result = {"index": index, "messageId": message_id,
+                      "transactionId": item["transactionId"], "queue": item["queue"],
+                      "partition": item["partition"]}
+            if status in ("queued", "duplicate"):
+                result["status"] = status
+                result["offset"] = offset
+            else:
+                result["status"] = "error"
+                result["error"] = status
+                result["offset"] = None
+            results.append(result)
+        return {"results": results}
+
+    # ----------------------------------------------------------------------- queue-mode pop
+    def free_expired_lease(self, part):
+        lease = part["lease"]
+        if lease is not None and is_expired(lease["expiresAt"], self.clock):
+            part["lease"] = None
+
+    def has_deliverable(self, part):
+        self.free_expired_lease(part)
+        return part["lease"] is None and part["cursor"] < len(part["messages"])
+
+    def pop(self, now, queue_name, partition_name, batch, lease_id, auto_ack):
+        self.advance(now)
+        nothing = {"leaseId": None, "messages": []}
+        if queue_name not in self.queues:
+            return nothing
+        partitions = self.queues[queue_name]["partitions"]
+        if partition_name is not None:
+            if partition_name not in partitions or not self.has_deliverable(partitions[partition_name]):
+                return nothing
+            chosen = partition_name
+        else:
+            chosen = None
+            for name in sorted(partitions):
+                if self.has_deliverable(partitions[name]):
+                    chosen = name
+                    break
+            if chosen is None:
+                return nothing
+        part = partitions[chosen]
+        start = part["cursor"]
+        offsets = list(range(start, min(start + batch, len(part["messages"]))))
+        messages = []
+        for offset in offsets:
+            stored = part["messages"][offset]
+            part["deliveries"][offset] = part["deliveries"].get(offset, FIRST_DELIVERY_ATTEMPT - 1) + 1
+            messages.append({
+                "transactionId": stored["transactionId"],
+                "messageId": stored["messageId"],
+                "queue": queue_name,
+                "partition": chosen,
+                "offset": offset,
+                "leaseId": lease_id,
+                "deliveryAttempt": part["deliveries"][offset],
+                "payload": stored["payload"],
+                "createdAt": stored["createdAt"],
+                "traceId": stored["traceId"],
+            })
+        if auto_ack:
+            part["cursor"] = start + len(offsets)
+        else:
+            lease_time_ms = self.queues[queue_name]["options"]["leaseTime"] * 1000
+            part["lease"] = {"leaseId": lease_id, "expiresAt": self.clock + lease_time_ms,
+                             "offsets": offsets, "settled": []}
+        return {"leaseId": lease_id, "messages": messages}
+
+    def find_live_lease(self, lease_id):
+        """(queue, partition name, partition) holding this live lease, or None."""
+        for queue_name, q in self.queues.items():
+            for name, part in q["partitions"].items():
+                self.free_expired_lease(part)
+                lease = part["lease"]
+                if lease is not None and lease["leaseId"] == lease_id:
+                    return queue_name, name, part
+        return None
+
+    def ack(self, now, lease_id, acknowledgments):
+        """Completed acks only; each item {"queue", "partition", "offset", "status": "completed"}."""
+        self.advance(now)
+        results = []
+        for index, item in enumerate(acknowledgments):
+            holder = self.find_live_lease(lease_id)
+            if (holder is None or holder[0] != item["queue"] or holder[1] != item["partition"]
+                    or item["offset"] not in holder[2]["lease"]["offsets"]):
+                results.append({"index": index, "success": False, "error": "invalid_lease",
+                                "dlq": False})
+                continue
+            part = holder[2]
+            lease = part["lease"]
+            if item["offset"] not in lease["settled"]:
+                lease["settled"].append(item["offset"])
+            while part["cursor"] in lease["settled"]:
+                part["cursor"] += 1
+            if sorted(lease["settled"]) == sorted(lease["offsets"]):
+                part["lease"] = None
+            results.append({"index": index, "success": True, "dlq": False})
+        return {"results": results}
+
+    # --------------------------------------------------------------------------------- reads
+    def next_due_at(self):
+        if not self.pending_timers:
+            return None
+        return min(t["dueAt"] for t in self.pending_timers.values())
+
+    def deliverable(self, queue_name, partition_name):
+        if queue_name not in self.queues:
+            return False
+        part = self.queues[queue_name]["partitions"].get(partition_name)
+        if part is None:
+            return False
+        lease = part["lease"]
+        if lease is not None and not is_expired(lease["expiresAt"], self.clock):
+            return False
+        return part["cursor"] < len(part["messages"])
+
+    def messages(self, queue_name, partition_name):
+        q = self.queues.get(queue_name)
+        if q is None or partition_name not in q["partitions"]:
+            return []
+        return q["partitions"][partition_name]["messages"]
+
+    def timer_keys(self, queue_name):
+        keys = [k for (q, k) in self.pending_timers if q == queue_name]
+        return sorted(keys, key=utf8_order)
