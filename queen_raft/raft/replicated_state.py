@@ -1,0 +1,92 @@
+"""The tenant state as pysyncobj sees it: one replicated method, and snapshots in the state's format.
+
+- `apply(entry: bytes)` is the only replicated method. It decodes msgpack and hands the command to
+  the state under `lock`. It never raises: a replicated method that raises is retried on every tick
+  forever and the group stops applying (research/pysyncobj-measured.md section 4).
+- Fields are assigned after `super().__init__()`: SyncObjConsumer records the attributes that exist
+  at its init as "not state" (research: fields set earlier were silently left out of dumps).
+- Snapshots go through pysyncobj's forked path: `_serialize()` runs on the tick thread and only
+  returns a SnapshotBlob holding the state; pickling it (in the forked child) calls
+  `state.snapshot()`, so encoding a large state never stalls the tick thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import msgpack
+from pysyncobj import SyncObjConsumer, replicated
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotBlob:
+    """Pickles as the state's snapshot bytes, encoded when pickled (in the forked child)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    def __reduce__(self):
+        return (bytes, (self._state.snapshot(),))
+
+
+def encode_command(command: dict) -> bytes:
+    # use_bin_type keeps bytes as msgpack bin, so they decode as bytes (payloads stay bytes).
+    return msgpack.packb(command, use_bin_type=True)
+
+
+def decode_command(entry: bytes) -> dict:
+    return msgpack.unpackb(entry, raw=False)
+
+
+class ReplicatedTenantState(SyncObjConsumer):
+    def __init__(
+        self,
+        state_factory: Callable[[], object],
+        state_restore: Callable[[bytes], object],
+        on_applied: Callable[[int | None], None],
+    ) -> None:
+        super().__init__()
+        self.state = state_factory()
+        # Held by apply (tick thread) and by reads (loop thread): a read never sees half an entry.
+        self.lock = threading.Lock()
+        self._state_restore = state_restore
+        # Called on the tick thread after each apply with the state's next due instant.
+        self._on_applied = on_applied
+        self.internal_errors = 0
+
+    @replicated
+    def apply(self, entry):
+        try:
+            command = decode_command(entry)
+            with self.lock:
+                result = self.state.apply(command)
+                next_due = self.state.next_due_at()
+        except Exception as exc:  # never let a replicated method raise: it wedges the group
+            self.internal_errors += 1
+            log.exception("apply failed; answering an internal error instead of raising")
+            return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+        try:
+            self._on_applied(next_due)
+        except Exception:
+            log.exception("on_applied hook failed")
+        return result
+
+    def _serialize(self):
+        return SnapshotBlob(self.state)
+
+    def _deserialize(self, data):
+        try:
+            restored = self._state_restore(bytes(data))
+            with self.lock:
+                self.state = restored
+                next_due = restored.next_due_at()
+        except Exception:
+            # pysyncobj logs and carries on with what it has; say what failed first.
+            log.exception("restoring the state from a snapshot failed")
+            raise
+        self._on_applied(next_due)

@@ -1,0 +1,90 @@
+"""Settings of one tenant's Raft group, with the measured values as defaults.
+
+Every number here has a measurement behind it in research/pysyncobj-measured.md and
+research/pysyncobj-recipe.md; the comment says which failure it prevents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+# The largest entry we accept. An HTTP body is capped well below this by the API; an entry at or
+# above appendEntriesBatchSizeBytes takes pysyncobj's chunked path, which corrupts entries
+# (recipe section 1, cause 4), so the batch size must stay above it.
+MAX_ENTRY_BYTES = 8 * MiB
+APPEND_ENTRIES_BATCH_SIZE_BYTES = MAX_ENTRY_BYTES + MiB
+
+# 4 MiB socket buffers: with 64-208 KiB buffers, 1 and 4 MiB entries caused elections in 3 of 4
+# runs; with 4 MiB, none in 8 runs (recipe section 1). The kernel caps the request at
+# net.core.wmem_max / rmem_max, which must be at least this.
+SOCKET_BUFFER_BYTES = 4 * MiB
+
+# pysyncobj's validate() requires connectionTimeout >= raftMaxTimeout; a dead peer is noticed by
+# this timeout, so keep it small but above the election maximum.
+CONNECTION_TIMEOUT_S = 3.5
+
+# pysyncobj's own command queue. Our in-flight bound (max_in_flight) sits far below it, so a full
+# queue (QUEUE_FULL) only happens if something bypasses propose().
+COMMANDS_QUEUE_SIZE = 100_000
+
+# Compaction also happens on time; 300 s is pysyncobj's default and bounds replay on restart.
+LOG_COMPACTION_MIN_TIME_S = 300
+
+
+@dataclass(frozen=True)
+class RaftSettings:
+    # A write's answer waits at most this long for commit + local apply (QUEEN_RAFT_COMMIT_TIMEOUT_MS).
+    commit_timeout_ms: int = 5000
+    # The leader tick: never sleep longer than tick_ms (0 disables fires), never propose two ticks
+    # closer than min_gap_ms (SPEC.md section 2, QUEEN_RAFT_TIMER_TICK_MS / _MIN_GAP_MS).
+    tick_ms: int = 50
+    min_gap_ms: int = 5
+    # Fire bounds carried in the tick command so every replica applies the same batch.
+    fire_batch: int = 256
+    fire_max_bytes: int = 4 * MiB
+    # "group": one journal flush per pysyncobj tick before a follower acknowledges and before the
+    # leader counts itself; term/vote fsynced. "off": no fsync (survives kill -9, not power loss).
+    fsync: str = "group"
+    # Election timing: new leader in ~0.3 s median after a leader kill (recipe section 5).
+    election_min_s: float = 0.2
+    election_max_s: float = 0.6
+    # Heartbeats go only from the tick loop, so autoTickPeriod <= appendEntriesPeriod.
+    append_entries_period_s: float = 0.05
+    # An isolated leader steps down after this (default 30 s would keep a stale leader).
+    leader_fallback_timeout_s: float = 2.5
+    # A restarted peer is redialled after this (default 5 s delayed catch-up by seconds).
+    connection_retry_s: float = 0.5
+    # Calls in flight per group: beyond it propose() answers "busy" at once instead of queueing
+    # (an unthrottled burst of 150k calls got 41,590 QUEUE_FULL replies, measured).
+    max_in_flight: int = 2048
+    # FileJournal keeps every entry in RAM and has uint32 offsets: compact by count well before
+    # large entries can fill 4 GiB (2000 x 1 MiB = 2 GiB worst case).
+    log_compaction_min_entries: int = 2000
+    # Peer authentication (Fernet). Required whenever a Raft address is not loopback: the peer
+    # protocol is pickle, so an open port is remote code execution.
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.fsync not in ("group", "off"):
+            raise ValueError(f"fsync must be 'group' or 'off', got {self.fsync!r}")
+        if self.tick_ms < 0 or self.min_gap_ms < 0:
+            raise ValueError("tick_ms and min_gap_ms must be >= 0")
+        if self.commit_timeout_ms <= 0:
+            raise ValueError("commit_timeout_ms must be > 0")
+        if self.max_in_flight <= 0:
+            raise ValueError("max_in_flight must be > 0")
+        if self.fire_batch <= 0 or self.fire_max_bytes <= 0:
+            raise ValueError("fire_batch and fire_max_bytes must be > 0")
+        if not self.election_min_s > 3 * self.append_entries_period_s:
+            # pysyncobj's validate() asserts this; say it in our words first.
+            raise ValueError("election_min_s must exceed 3 x append_entries_period_s")
+        if self.election_max_s < self.election_min_s:
+            raise ValueError("election_max_s must be >= election_min_s")
+        if self.election_max_s > CONNECTION_TIMEOUT_S:
+            raise ValueError(f"election_max_s must be <= {CONNECTION_TIMEOUT_S} (connection timeout)")
+
+    @property
+    def tick_policy(self) -> dict:
+        return {"fireBatch": self.fire_batch, "fireMaxBytes": self.fire_max_bytes}

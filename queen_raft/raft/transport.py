@@ -1,0 +1,131 @@
+"""The peer transport of a group: pysyncobj's TCPTransport with dialling, guarding and group commit.
+
+- Dial map: a peer keeps its identity (its configured address, which it announces on connect) but
+  is dialled through another address. The fault harness puts a proxy on each link and cuts links
+  without root (research/pysyncobj-recipe.md section 2, recipe A).
+- Inbound handshake guard: when the first message of an inbound connection (the dialer's address)
+  was lost, stock code raised TypeError on every tick until timeout. Drop such a connection.
+- Group commit (fsync="group"): a follower's acknowledgement (next_node_idx) is held while the
+  journal has unflushed entries; once per pysyncobj tick, _onTick flushes the journal once and
+  releases what was held, in order. _onTick runs after the leader appended this tick's entries and
+  before poll(), so the leader's own entries are durable before the next tick's commit scan counts
+  the leader itself.
+
+It overrides TCPTransport._connectIfNecessarySingle, _onIncomingMessageReceived, send and _onTick of
+pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.tcp_connection import CONNECTION_STATE
+from pysyncobj.transport import TCPTransport
+
+from queen_raft.raft.journal import GroupCommitJournal
+
+log = logging.getLogger(__name__)
+
+# The message a follower sends to acknowledge appended entries; held until the journal is durable.
+ACKNOWLEDGEMENT_TYPE = "next_node_idx"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+class GroupTransport(TCPTransport):
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False):
+        # Set before super().__init__(): it adds the nodes and creates the server.
+        self.dial_map: dict[str, str] = dial_map if dial_map is not None else {}
+        self.group_commit_journal = None
+        if group_commit:
+            # SyncObj.__init__ creates the journal before the transport.
+            journal = syncObj._SyncObj__raftLog
+            if not isinstance(journal, GroupCommitJournal):
+                raise TypeError(f"group commit needs a GroupCommitJournal, got {type(journal).__name__}")
+            self.group_commit_journal = journal
+        self._held: dict[object, deque] = {}
+        self.handshakes_refused = 0
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    # -- dial map ---------------------------------------------------------------------------------
+
+    def dial_target(self, node) -> tuple[str, int]:
+        mapped = self.dial_map.get(node.address)
+        if mapped is None:
+            return node.ip, node.port
+        host, port = split_address(mapped)
+        return globalDnsResolver().resolve(host), port
+
+    def _connectIfNecessarySingle(self, node):
+        # pysyncobj 0.3.17's body, dialling dial_target(node) instead of (node.ip, node.port).
+        if node in self._connections and self._connections[node].state != CONNECTION_STATE.DISCONNECTED:
+            return True
+        if not self._shouldConnect(node):
+            return False
+        assert node in self._connections
+        if node in self._lastConnectAttempt and monotonic_time() - self._lastConnectAttempt[node] < self._syncObj.conf.connectionRetryTime:
+            return False
+        self._lastConnectAttempt[node] = monotonic_time()
+        host, port = self.dial_target(node)
+        return self._connections[node].connect(host, port)
+
+    # -- inbound handshake guard ------------------------------------------------------------------
+
+    def _onIncomingMessageReceived(self, conn, message):
+        if self._syncObj.encryptor and not conn.sendRandKey:
+            acceptable = isinstance(message, bytes)  # the dialer's random key
+        elif isinstance(message, str):
+            acceptable = True  # the dialer's address, or 'readonly'
+        elif isinstance(message, list):
+            acceptable = bool(message) and message[0] in self._onUtilityMessageCallbacks
+        else:
+            acceptable = False
+        if not acceptable:
+            self.handshakes_refused += 1
+            self._unknownConnections.discard(conn)
+            conn.disconnect()
+            return
+        super()._onIncomingMessageReceived(conn, message)
+
+    # -- group commit -----------------------------------------------------------------------------
+
+    def send(self, node, message):
+        journal = self.group_commit_journal
+        if journal is not None:
+            held = self._held.get(node)
+            if held is not None or (message.get("type") == ACKNOWLEDGEMENT_TYPE and journal.dirty):
+                # Once something is held for a node, everything after it waits too: order per link.
+                if held is None:
+                    held = self._held[node] = deque()
+                held.append(message)
+                return node in self._connections and self._connections[node].state == CONNECTION_STATE.CONNECTED
+        return super().send(node, message)
+
+    def _onTick(self):
+        journal = self.group_commit_journal
+        if journal is not None:
+            journal.flush_if_dirty()
+            held_by_node, self._held = self._held, {}
+            for node, messages in held_by_node.items():
+                for message in messages:
+                    super().send(node, message)
+        if not self._nodes:
+            self._wake_single_node_commit()
+        super()._onTick()
+
+    def _wake_single_node_commit(self) -> None:
+        # A group without peers commits its own entries at the next tick's commit scan, and no
+        # peer reply wakes the poll in between: every write would wait a full autoTickPeriod
+        # (~50 ms). Wake the poll when entries are waiting for that scan.
+        sync_obj = self._syncObj
+        if sync_obj.raftCommitIndex < sync_obj._SyncObj__raftLog[-1][1]:
+            sync_obj._SyncObj__pipeNotifier.notify()
+
+    def held_count(self) -> int:
+        return sum(len(m) for m in self._held.values())
