@@ -1,0 +1,116 @@
+"""Every name and bound the state machine uses, once, with the reason it has its value.
+
+Nothing here is read from a node's environment: a value that changes what `apply` does must be
+the same on every replica, so it is either a constant of the code (this module) or it travels in
+the command (`policy`, `maxPending`) or in replicated state (queue options).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# --- names shared with the API and the raft layer (docs/commands.md) ---------------------------
+
+# The partition a push or a timer lands in when the client names none.
+DEFAULT_PARTITION = "Default"
+# The consumer group of a pop or an ack that names none ("queue mode": one group sees each message).
+QUEUE_MODE_GROUP = "__QUEUE_MODE__"
+# The consumer group of the DLQ rows a timer leaves after its last failed fire; it never had a
+# group or a position in a partition, hence also offset -1.
+TIMER_DLQ_GROUP = "__timer__"
+TIMER_DLQ_OFFSET = -1
+
+MS_PER_SECOND = 1000
+
+# --- the fire of timers (defaults of `policy`; the command may override them) ------------------
+
+# At most this many timers per tick entry: bounds the entry's apply time (~2.5 ms) so the Raft
+# tick thread keeps heart-beating while a backlog drains.
+MAX_FIRE_BATCH = 256
+# At most this much payload per tick entry: bounds the memory of one apply and what the next
+# snapshot has to carry in one go. At least one timer is always taken (see timers.py).
+MAX_FIRE_BYTES = 4 * 1024 * 1024
+# Permanent failures a timer survives before it is filed in the DLQ (SPEC: QUEEN_SWEEPER_MAX_ATTEMPTS).
+MAX_FIRE_ATTEMPTS = 5
+# Backoff after a permanent failure: BACKOFF_MIN_MS * 2^(attempts-1), capped at BACKOFF_MAX_MS
+# (1 s .. 60 s), so a broken payload costs at most a handful of entries before the DLQ.
+BACKOFF_MIN_MS = 1000
+BACKOFF_MAX_MS = 60_000
+# Retry delay when the destination is over its maxSize: the consumer needs time to drain it.
+TRANSIENT_BACKOFF_MS = 1000
+
+
+class FirePolicy(NamedTuple):
+    """The fire bounds in force for one entry (the command's `policy`, defaults filled in)."""
+
+    fire_batch: int = MAX_FIRE_BATCH
+    fire_max_bytes: int = MAX_FIRE_BYTES
+    max_attempts: int = MAX_FIRE_ATTEMPTS
+    backoff_min_ms: int = BACKOFF_MIN_MS
+    backoff_max_ms: int = BACKOFF_MAX_MS
+    transient_backoff_ms: int = TRANSIENT_BACKOFF_MS
+
+
+DEFAULT_FIRE_POLICY = FirePolicy()
+
+# Wire key -> (field name, smallest legal value). fireBatch and maxAttempts need at least 1 or
+# nothing could ever fire or fail; the others may be 0.
+POLICY_KEYS = {
+    "fireBatch": ("fire_batch", 1),
+    "fireMaxBytes": ("fire_max_bytes", 0),
+    "maxAttempts": ("max_attempts", 1),
+    "backoffMinMs": ("backoff_min_ms", 0),
+    "backoffMaxMs": ("backoff_max_ms", 0),
+    "transientBackoffMs": ("transient_backoff_ms", 0),
+}
+
+# --- reads ----------------------------------------------------------------------------------------
+
+# Keyset listing of timers and fetch of records: the default page and its clamp (SPEC 2, "Peek and
+# list"), so one read never walks a million rows.
+LIST_LIMIT_DEFAULT = 100
+LIST_LIMIT_MIN = 1
+LIST_LIMIT_MAX = 1000
+
+# --- messages -------------------------------------------------------------------------------------
+
+# A pop's `batch` is clamped to this: one pop entry's answer stays a few MiB at most.
+MAX_POP_BATCH = 1000
+
+# Queue options and their defaults (SPEC 3, `configure`). Times are in seconds on the wire.
+DEFAULT_QUEUE_OPTIONS: dict[str, object] = {
+    "leaseTime": 300,
+    "retryLimit": 3,
+    "deadLetterQueue": True,
+    "dedupWindowSeconds": 3600,
+    "delayedProcessing": 0,
+    "maxPayloadBytes": 1024 * 1024,
+    "maxSize": 0,
+    "retentionSeconds": 0,
+    "encryptionEnabled": False,
+}
+# Integer options and their smallest legal value. A lease of 0 s would expire as it is taken; a
+# payload limit of 0 would refuse every message.
+QUEUE_INT_OPTION_MIN = {
+    "leaseTime": 1,
+    "retryLimit": 0,
+    "dedupWindowSeconds": 0,
+    "delayedProcessing": 0,
+    "maxPayloadBytes": 1,
+    "maxSize": 0,
+    "retentionSeconds": 0,
+}
+QUEUE_BOOL_OPTIONS = frozenset({"deadLetterQueue", "encryptionEnabled"})
+# Largest integer option value: keeps every derived instant (now + seconds * 1000) inside msgpack's
+# 64-bit integers and every replica's arithmetic identical.
+QUEUE_INT_OPTION_MAX = 2**40
+
+# Lease extension bound (seconds): same reason as QUEUE_INT_OPTION_MAX.
+MAX_LEASE_EXTEND_SECONDS = 2**40
+
+# --- snapshot -------------------------------------------------------------------------------------
+
+SNAPSHOT_FORMAT_VERSION = 1
+# zstd level 1: a million timers compress in a fraction of a second; higher levels save little on
+# msgpack of ids and cost seconds. Single-threaded so the bytes never depend on the machine.
+SNAPSHOT_ZSTD_LEVEL = 1

@@ -1,0 +1,387 @@
+"""TenantState: one tenant's replicated value, the `apply` of each log entry, reads and snapshots.
+
+Every command is validated whole (shape, then the checks that need state) before anything
+changes; a refusal is `{"error", "message"}` (plus `index` when an item is to blame) and leaves
+everything but the clock as it was. `apply` never raises: an unexpected exception is answered
+`{"error": "internal", ...}` (every replica runs the same code on the same value, so they agree on
+that too).
+
+Choices where SPEC.md is silent:
+
+- A command without an integer `now` is refused (`bad_request`) and does not move the clock.
+- Errors of a malformed command: `timers_bad_request` for `timers`, `bad_request` for the others.
+- `push` items are validated for shape first (one malformed item refuses the command); after that
+  each item stands alone (`queued`, `duplicate` or `error`).
+- A transaction maps its refusals to the reasons of docs/commands.md: an ack that does not resolve
+  is `rejected_ack`; a push that is a duplicate (of the window or of an earlier push of the same
+  transaction) `duplicate`; a push over the queue's payload limit or over its maxSize
+  `too_large` (the `error` text names which); a malformed part `bad_request`. Its timers fire in
+  the same entry when already due, after its pushes, acks and kv ops.
+- The counters: `billedMessages` (schedule/reschedule ops and accepted push items),
+  `pushedMessages` (every message appended to a partition), `fired` by result.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import zstandard
+
+from .broker import Broker, Refusal, is_int, require, validate_ack_item, validate_push_item
+from .kv import KvStore, validate_kv_op
+from .limits import (
+    DEFAULT_FIRE_POLICY,
+    DEFAULT_PARTITION,
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
+    LIST_LIMIT_MIN,
+    MAX_LEASE_EXTEND_SECONDS,
+    POLICY_KEYS,
+    QUEUE_MODE_GROUP,
+    SNAPSHOT_FORMAT_VERSION,
+    SNAPSHOT_ZSTD_LEVEL,
+    FirePolicy,
+)
+from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
+    MSG_TRACE_ID, MSG_TXN
+from .timer_ops import apply_timer_ops, check_quota, validate_timer_ops
+from .timers import FireTally, TimerTable, fire
+
+FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
+
+
+def clamp_limit(limit: int | None) -> int:
+    if limit is None:
+        return LIST_LIMIT_DEFAULT
+    return max(LIST_LIMIT_MIN, min(LIST_LIMIT_MAX, limit))
+
+
+def parse_policy(policy: object, code: str) -> FirePolicy:
+    if policy is None:
+        return DEFAULT_FIRE_POLICY
+    require(isinstance(policy, dict), code, "policy must be an object")
+    fields = {}
+    for name, value in policy.items():
+        require(name in POLICY_KEYS, code, f"unknown policy key {name!r}")
+        field, minimum = POLICY_KEYS[name]
+        require(is_int(value) and value >= minimum, code, f"{name} must be an integer >= {minimum}")
+        fields[field] = value
+    return DEFAULT_FIRE_POLICY._replace(**fields)
+
+
+def group_name(value: object) -> str:
+    require(value is None or isinstance(value, str), "bad_request", "consumerGroup must be a string")
+    return QUEUE_MODE_GROUP if value is None else value
+
+
+class TenantState:
+    def __init__(self) -> None:
+        self.clock = 0
+        self.scheduling_paused = False
+        self.timers = TimerTable()
+        self.broker = Broker()
+        self.kv = KvStore()
+        self.billed = 0
+        self.fired = dict.fromkeys(FIRE_RESULTS, 0)
+        self._handlers = {
+            "timers": self._timers, "tick": self._tick, "push": self._push, "pop": self._pop,
+            "ack": self._ack, "lease_extend": self._lease_extend, "configure": self._configure,
+            "kv": self._kv, "transaction": self._transaction, "dlq_replay": self._dlq_replay,
+            "admin": self._admin, "barrier": self._barrier,
+        }
+
+    # --- apply ------------------------------------------------------------------------------------
+
+    def apply(self, command: dict) -> dict:
+        try:
+            if not isinstance(command, dict):
+                return {"error": "bad_request", "message": "command must be a map"}
+            now = command.get("now")
+            if not is_int(now):
+                return {"error": "bad_request", "message": "now must be an integer"}
+            if now > self.clock:
+                self.clock = now
+            handler = self._handlers.get(command.get("op"))
+            if handler is None:
+                return {"error": "bad_request", "message": f"unknown op {command.get('op')!r}"}
+            return handler(command, self.clock)
+        except Refusal as refusal:
+            answer = {"error": refusal.code, "message": refusal.message}
+            if refusal.index is not None:
+                answer["index"] = refusal.index
+            return answer
+        except Exception as exc:  # a bug: answer it, never raise out of a replicated method
+            return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+
+    # --- timers -----------------------------------------------------------------------------------
+
+    def _timers(self, command: dict, now: int) -> dict:
+        ops = validate_timer_ops(command.get("ops"))
+        policy = parse_policy(command.get("policy"), "timers_bad_request")
+        producer_sub = command.get("producerSub")
+        require(producer_sub is None or isinstance(producer_sub, str), "timers_bad_request",
+                "producerSub must be a string")
+        check_quota(self.timers, ops, command.get("maxPending"))
+        results = self._apply_timer_ops(ops, producer_sub, policy, now)
+        return {"results": results}
+
+    def _apply_timer_ops(self, ops: list[dict], producer_sub: str | None, policy: FirePolicy,
+                         now: int) -> list[dict]:
+        results, due_now, billed = apply_timer_ops(self.timers, ops, producer_sub, now)
+        self.billed += billed
+        if due_now:
+            self._count(fire(self.timers.take(due_now), self.timers, self.broker, policy, now))
+        return results
+
+    def _count(self, tally: FireTally) -> None:
+        fired = self.fired
+        fired["appended"] += tally.appended
+        fired["duplicate"] += tally.duplicate
+        fired["failed"] += tally.failed
+        fired["dlq"] += tally.dlq
+
+    def _tick(self, command: dict, now: int) -> dict:
+        policy = parse_policy(command.get("policy"), "bad_request")
+        table = self.timers
+        tally = fire(table.take_due(now, policy.fire_batch, policy.fire_max_bytes), table,
+                     self.broker, policy, now)
+        self._count(tally)
+        next_due = table.next_due_at()
+        return {"fired": tally.fired, "appended": tally.appended, "duplicate": tally.duplicate,
+                "failed": tally.failed, "dlq": tally.dlq, "lagsMs": tally.lags,
+                "moreDue": next_due is not None and next_due <= now, "nextDueAt": next_due}
+
+    # --- messages ---------------------------------------------------------------------------------
+
+    def _push(self, command: dict, now: int) -> dict:
+        items = command.get("items")
+        require(isinstance(items, list), "bad_request", "items must be a list")
+        for index, item in enumerate(items):
+            validate_push_item(item, index)
+        producer_sub = command.get("producerSub")
+        results = [self.broker.push_item(item, index, producer_sub, now)
+                   for index, item in enumerate(items)]
+        self.billed += sum(result["status"] != "error" for result in results)
+        return {"results": results}
+
+    def _pop(self, command: dict, now: int) -> dict:
+        queue = command.get("queue")
+        require(isinstance(queue, str), "bad_request", "queue must be a string")
+        partition = command.get("partition")
+        require(partition is None or isinstance(partition, str), "bad_request",
+                "partition must be a string")
+        batch = command.get("batch", 1)
+        require(is_int(batch) and batch >= 1, "bad_request", "batch must be a positive integer")
+        auto_ack = command.get("autoAck", False)
+        require(isinstance(auto_ack, bool), "bad_request", "autoAck must be a boolean")
+        lease_id = command.get("leaseId")
+        require(isinstance(lease_id, str) or auto_ack, "bad_request", "leaseId must be a string")
+        require(lease_id is None or lease_id not in self.broker.leases, "bad_request",
+                "leaseId already in use")
+        return self.broker.pop(queue, partition, group_name(command.get("consumerGroup")), batch,
+                               lease_id, auto_ack, now)
+
+    def _ack(self, command: dict, now: int) -> dict:
+        items = command.get("acknowledgments")
+        require(isinstance(items, list), "bad_request", "acknowledgments must be a list")
+        for index, item in enumerate(items):
+            validate_ack_item(item, index)
+        lease_id = command.get("leaseId")
+        require(lease_id is None or isinstance(lease_id, str), "bad_request",
+                "leaseId must be a string")
+        group = group_name(command.get("consumerGroup"))
+        return {"results": self.broker.ack(group, lease_id, items, now)}
+
+    def _lease_extend(self, command: dict, now: int) -> dict:
+        lease_id, seconds = command.get("leaseId"), command.get("seconds")
+        require(isinstance(lease_id, str), "bad_request", "leaseId must be a string")
+        require(is_int(seconds) and 1 <= seconds <= MAX_LEASE_EXTEND_SECONDS, "bad_request",
+                "seconds must be a positive integer")
+        return self.broker.extend(lease_id, seconds, now)
+
+    def _configure(self, command: dict, now: int) -> dict:
+        queue = command.get("queue")
+        require(isinstance(queue, str) and queue != "", "bad_request", "queue must be a string")
+        mode = command.get("mode", "merge")
+        require(mode in ("merge", "replace"), "bad_request", "mode must be merge or replace")
+        return self.broker.configure(queue, command.get("options"), mode)
+
+    def _dlq_replay(self, command: dict, now: int) -> dict:
+        dlq_id, message_id = command.get("dlqId"), command.get("messageId")
+        require(isinstance(dlq_id, str) and isinstance(message_id, str), "bad_request",
+                "dlqId and messageId must be strings")
+        return self.broker.dlq_replay(dlq_id, message_id, now)
+
+    # --- kv, transaction, admin ---------------------------------------------------------------
+
+    def _kv(self, command: dict, now: int) -> dict:
+        ops = command.get("ops")
+        require(isinstance(ops, list), "bad_request", "ops must be a list")
+        for index, op in enumerate(ops):
+            validate_kv_op(op, index)
+        overlay, results = self.kv.plan(ops, now)
+        self.kv.prune(now)
+        self.kv.commit(overlay)
+        return {"results": results}
+
+    def _transaction(self, command: dict, now: int) -> dict:
+        try:
+            return self._run_transaction(command, now)
+        except Refusal as refusal:
+            reason = refusal.code
+            if reason == "timers_bad_request":
+                reason = "bad_request"
+            answer = {"success": False, "reason": reason, "error": refusal.message}
+            if refusal.index is not None:
+                answer["index"] = refusal.index
+            return answer
+
+    def _run_transaction(self, command: dict, now: int) -> dict:
+        operations = command.get("operations", [])
+        kv_ops = command.get("kv", [])
+        timer_ops = command.get("timers", [])
+        require(isinstance(operations, list) and isinstance(kv_ops, list), "bad_request",
+                "operations and kv must be lists")
+        producer_sub = command.get("producerSub")
+        require(producer_sub is None or isinstance(producer_sub, str), "bad_request",
+                "producerSub must be a string")
+        policy = parse_policy(command.get("policy"), "bad_request")
+        pushes: list[dict] = []
+        acks: list[tuple[int, dict]] = []
+        for index, operation in enumerate(operations):
+            require(isinstance(operation, dict), "bad_request", "operation must be an object", index)
+            kind = operation.get("type")
+            if kind == "push":
+                validate_push_item(operation, index)
+                pushes.append(operation)
+            elif kind == "ack":
+                validate_ack_item(operation, index)
+                require(operation.get("leaseId") is None or isinstance(operation["leaseId"], str),
+                        "bad_request", "leaseId must be a string", index)
+                group_name(operation.get("consumerGroup"))
+                acks.append((index, operation))
+            else:
+                raise Refusal("bad_request", f"unknown operation type {kind!r}", index)
+        kv_base = len(operations)
+        for index, op in enumerate(kv_ops):
+            validate_kv_op(op, kv_base + index)
+        timer_base = kv_base + len(kv_ops)
+        validate_timer_ops(timer_ops, "bad_request", timer_base)
+
+        # State checks, in the order of the reasons: nothing has changed yet.
+        push_indexes = [index for index, op in enumerate(operations) if op["type"] == "push"]
+        try:
+            self.broker.check_pushes(pushes, now)
+        except Refusal as refusal:
+            refusal.index = push_indexes[refusal.index]
+            raise
+        resolved = []
+        claimed: set[tuple[str, int]] = set()
+        for index, operation in acks:
+            target = self.broker.resolve_ack(group_name(operation.get("consumerGroup")),
+                                             operation.get("leaseId"), operation, now)
+            require(target is not None and (target[0].lease_id, target[1]) not in claimed,
+                    "rejected_ack", "the lease does not cover this message", index)
+            claimed.add((target[0].lease_id, target[1]))
+            resolved.append((index, target, operation))
+        overlay, kv_results = self.kv.plan(kv_ops, now, kv_base)
+        check_quota(self.timers, timer_ops, command.get("maxPending"))
+
+        # Apply: none of this can refuse any more.
+        results: list[dict | None] = [None] * len(operations)
+        for position, index in enumerate(push_indexes):
+            results[index] = self.broker.push_item(operations[index], index, producer_sub, now)
+        self.billed += len(push_indexes)
+        for index, (lease, offset), operation in resolved:
+            filed = self.broker.settle(lease, offset, operation["status"], operation.get("error"),
+                                       now)
+            results[index] = {"index": index, "success": True, "dlq": filed}
+        self.kv.prune(now)
+        self.kv.commit(overlay)
+        timer_results = self._apply_timer_ops(timer_ops, producer_sub, policy, now)
+        return {"success": True, "results": [*results, *kv_results, *timer_results]}
+
+    def _admin(self, command: dict, now: int) -> dict:
+        action = command.get("action")
+        require(action in ("pause", "resume"), "bad_request", "action must be pause or resume")
+        self.scheduling_paused = action == "pause"
+        return {"paused": self.scheduling_paused}
+
+    def _barrier(self, command: dict, now: int) -> dict:
+        return {}
+
+    # --- reads (never change state) -------------------------------------------------------------
+
+    def next_due_at(self) -> int | None:
+        return self.timers.next_due_at()
+
+    def peek_timer(self, queue: str, timer_key: str) -> dict | None:
+        timer = self.timers.get(queue, timer_key)
+        return None if timer is None else timer.peek()
+
+    def list_timers(self, queue: str, after: str | None = None, limit: int | None = None) -> dict:
+        return self.timers.list(queue, after, clamp_limit(limit))
+
+    def fetch(self, queue: str, partition: str = DEFAULT_PARTITION, offset: int = 0,
+              limit: int | None = None) -> list[dict]:
+        found = self.broker.queues.get(queue)
+        part = None if found is None else found.partitions.get(partition)
+        if part is None:
+            return []
+        start = max(offset, part.base)
+        records = []
+        for position in range(start, min(part.end, start + clamp_limit(limit))):
+            message = part.message(position)
+            records.append({"offset": position, "transactionId": message[MSG_TXN],
+                            "messageId": message[MSG_ID], "payload": message[MSG_PAYLOAD],
+                            "createdAt": message[MSG_CREATED_AT],
+                            "producerSub": message[MSG_PRODUCER_SUB],
+                            "traceId": message[MSG_TRACE_ID], "encrypted": message[MSG_ENCRYPTED]})
+        return records
+
+    def dlq_list(self, queue: str | None = None, limit: int | None = None) -> list[dict]:
+        return self.broker.dlq_rows(queue, clamp_limit(limit))
+
+    def kv_get(self, ns: str, key: str) -> dict | None:
+        return self.kv.get(ns, key, self.clock)
+
+    def counters(self) -> dict:
+        return {"pendingTimers": self.timers.count, "billedMessages": self.billed,
+                "pushedMessages": self.broker.pushed, "fired": dict(self.fired)}
+
+    def deliverable(self, queue: str, partition: str | None = None,
+                    consumer_group: str | None = None) -> bool:
+        group = QUEUE_MODE_GROUP if consumer_group is None else consumer_group
+        return self.broker.deliverable(queue, partition, group, self.clock)
+
+    def queue_options(self, queue: str) -> dict | None:
+        found = self.broker.queues.get(queue)
+        return None if found is None else dict(found.options)
+
+    # --- snapshot -------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """msgpack + zstd; the bytes depend only on the entries applied (every map is sorted)."""
+        wire = [
+            SNAPSHOT_FORMAT_VERSION, self.clock, self.scheduling_paused, self.billed,
+            [self.fired[name] for name in FIRE_RESULTS],
+            self.timers.to_wire(), self.broker.to_wire(), self.kv.to_wire(),
+        ]
+        packed = msgpack.packb(wire, use_bin_type=True)
+        return zstandard.ZstdCompressor(level=SNAPSHOT_ZSTD_LEVEL).compress(packed)
+
+    @classmethod
+    def restore(cls, data: bytes) -> TenantState:
+        packed = zstandard.ZstdDecompressor().decompress(data)
+        wire = msgpack.unpackb(packed, raw=False, use_list=True, strict_map_key=False)
+        version, clock, paused, billed, fired, timers, broker, kv = wire
+        if version != SNAPSHOT_FORMAT_VERSION:
+            raise ValueError(f"snapshot format {version} is not {SNAPSHOT_FORMAT_VERSION}")
+        state = cls()
+        state.clock = clock
+        state.scheduling_paused = paused
+        state.billed = billed
+        state.fired = dict(zip(FIRE_RESULTS, fired))
+        state.timers = TimerTable.from_wire(timers)
+        state.broker = Broker.from_wire(broker)
+        state.kv = KvStore.from_wire(kv)
+        return state
