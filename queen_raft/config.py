@@ -24,6 +24,8 @@ NODE_ID_RE = TENANT_NAME_RE
 SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
 MIB = 1024 * 1024
+# pysyncobj requires connectionTimeout >= raftMaxTimeout; queen_raft.raft uses a 3.5 s connection timeout.
+ELECTION_MAX_CEILING_S = 3.5
 
 # The single-node dev config, used when no --config is given (a fresh clone, `queen-raft node`).
 EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "cluster_configs" / "single.toml"
@@ -120,8 +122,9 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("leader_fallback_timeout_s", "QUEEN_RAFT_LEADER_FALLBACK_TIMEOUT_S", 2.5, _parse_float, _positive_float),
     _SettingSpec("connection_retry_s", "QUEEN_RAFT_CONNECTION_RETRY_S", 0.5, _parse_float, _positive_float),
     # Proposals in flight per group on this node: backpressure instead of an unbounded queue.
-    _SettingSpec("max_in_flight", "QUEEN_RAFT_MAX_IN_FLIGHT", 1024, _parse_int, _int_at_least(1)),
-    _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 5000, _parse_int, _int_at_least(1)),
+    # This and the compaction count default to queen_raft.raft.RaftSettings' measured values.
+    _SettingSpec("max_in_flight", "QUEEN_RAFT_MAX_IN_FLIGHT", 2048, _parse_int, _int_at_least(1)),
+    _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 2000, _parse_int, _int_at_least(1)),
     # The timer routes
     _SettingSpec("timers_max_ops_per_call", "QUEEN_TIMERS_MAX_OPS_PER_CALL", 256, _parse_int, _int_at_least(1)),
     _SettingSpec("timers_max_pending", "QUEEN_TIMERS_MAX_PENDING", None, _parse_optional_int, _optional_int_at_least(0)),
@@ -158,8 +161,8 @@ class Settings:
     append_entries_period_s: float = 0.05
     leader_fallback_timeout_s: float = 2.5
     connection_retry_s: float = 0.5
-    max_in_flight: int = 1024
-    log_compaction_min_entries: int = 5000
+    max_in_flight: int = 2048
+    log_compaction_min_entries: int = 2000
     timers_max_ops_per_call: int = 256
     timers_max_pending: int | None = None
     timers_max_horizon_s: int = 7_776_000
@@ -307,6 +310,8 @@ def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Setting
             raise ConfigError(f"{source}: {where} {problem}, got {value!r}")
         values[spec.key] = value
     settings = Settings(**values)
+    if settings.election_max_s > ELECTION_MAX_CEILING_S:
+        raise ConfigError(f"{source}: election_max_s must be <= {ELECTION_MAX_CEILING_S} (the Raft connection timeout)")
     if settings.election_min_s >= settings.election_max_s:
         raise ConfigError(f"{source}: election_min_s must be below election_max_s")
     # pysyncobj's validate(): raftMinTimeout > 3 x appendEntriesPeriod.

@@ -1,0 +1,3 @@
+from queen_raft.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Bearer tokens: which tenant a request belongs to, and whether its level allows the route (SPEC.md section 7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from aiohttp import web
+
+from queen_raft.api.errors import forbidden, unauthorized
+from queen_raft.config import ClusterConfig
+
+
+class Access(Enum):
+    """What a route does, which decides the levels that may call it."""
+
+    PRODUCE = "produce"  # push, schedule: write-only may do it (a timer is a produce)
+    READ = "read"  # peek, list, fetch: no state change
+    CONSUME = "consume"  # pop, ack, cancel: reads and changes state
+    ADMIN = "admin"
+
+
+ALLOWED_LEVELS: dict[Access, frozenset[str]] = {
+    Access.PRODUCE: frozenset({"admin", "read-write", "write-only"}),
+    Access.READ: frozenset({"admin", "read-write", "read-only"}),
+    Access.CONSUME: frozenset({"admin", "read-write"}),
+    Access.ADMIN: frozenset({"admin"}),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant: str
+    level: str
+    sub: str  # stamped as producerSub on what this principal produces
+
+
+def bearer_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def authenticate(config: ClusterConfig, request: web.Request) -> Principal:
+    """401 when the token is missing or unknown."""
+    token = bearer_token(request)
+    if token is None:
+        raise unauthorized()
+    found = config.find_token(token)
+    if found is None:
+        raise unauthorized()
+    return Principal(tenant=found.tenant, level=found.level, sub=found.sub)
+
+
+def authorize(principal: Principal, access: Access) -> None:
+    """403 when the token's level does not allow this kind of route."""
+    if principal.level not in ALLOWED_LEVELS[access]:
+        raise forbidden(f"a {principal.level} token may not {access.value} here")
+
+
+def require(config: ClusterConfig, request: web.Request, access: Access) -> Principal:
+    principal = authenticate(config, request)
+    authorize(principal, access)
+    return principal

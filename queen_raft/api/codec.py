@@ -1,0 +1,39 @@
+"""Payload bytes on the JSON wire: base64 for timers and payloadB64, decoded JSON for message payloads."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+
+class PayloadDecodeError(ValueError):
+    pass
+
+
+def decode_base64(text: Any) -> bytes:
+    """Strict base64 (standard alphabet, padding required): a typo must be a 400, not silent garbage."""
+    if not isinstance(text, str):
+        raise PayloadDecodeError("must be a base64 string")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise PayloadDecodeError("is not valid base64") from None
+
+
+def encode_base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def json_value_to_bytes(value: Any) -> bytes:
+    """A pushed JSON value is stored as its compact UTF-8 JSON encoding."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def payload_fields(data: bytes) -> dict[str, Any]:
+    """`{"payload": value}` when the bytes are UTF-8 JSON, else `{"payloadB64": text}` (SPEC.md section 3)."""
+    try:
+        return {"payload": json.loads(data.decode("utf-8"))}
+    except (UnicodeDecodeError, ValueError):
+        return {"payloadB64": encode_base64(data)}

@@ -1,0 +1,44 @@
+"""The one error shape of the wire, `{"error": code, "message": text}`, and how handlers raise it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from aiohttp import web
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status and SPEC error code; raised anywhere below a handler."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.code, self.message, self.headers)
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps({"error": code, "message": message}).encode("utf-8"),
+        content_type="application/json",
+        headers=headers or {},
+    )
+
+
+def retry_after_header(seconds: float) -> dict[str, str]:
+    """Retry-After carries whole seconds; round up so a client never comes back too early."""
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+def unauthorized(message: str = "missing or unknown bearer token") -> ApiError:
+    return ApiError(401, "unauthorized", message)
+
+
+def forbidden(message: str) -> ApiError:
+    return ApiError(403, "forbidden", message)

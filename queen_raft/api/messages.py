@@ -1,0 +1,292 @@
+"""Messages routes (SPEC.md section 3): push, pop with a long poll, ack, fetch."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from queen_raft.api.auth import Access, require
+from queen_raft.api.codec import PayloadDecodeError, decode_base64, json_value_to_bytes, payload_fields
+from queen_raft.api.errors import ApiError
+from queen_raft.api.group_calls import propose, read
+from queen_raft.api.ids import new_lease_id, new_message_id
+from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
+from queen_raft.api.serving import ServingNode, serving_of
+
+BAD_REQUEST = "bad_request"
+UNAVAILABLE = "unavailable"
+DEFAULT_PARTITION = "Default"
+
+# One call is one Raft entry: bound the items so an entry stays small enough to replicate fast.
+MAX_PUSH_ITEMS = 1000
+MAX_ACK_ITEMS = 1000
+MAX_FETCH_ENTRIES = 64
+# Pop: messages per lease, and the longest a long poll holds a connection.
+MAX_POP_BATCH = 1000
+DEFAULT_POP_TIMEOUT_MS = 30_000
+MAX_POP_TIMEOUT_MS = 60_000
+# A long poll re-checks through a read barrier at least this often even when nothing applied:
+# time alone (a lease expiring, delayedProcessing ending) can make a message deliverable, and the
+# group clock only moves with entries, which the barrier provides.
+LONG_POLL_RECHECK_S = 1.0
+FETCH_DEFAULT_LIMIT = 100
+FETCH_MAX_LIMIT = 1000
+
+PUSH_ITEM_FIELDS = frozenset({"queue", "partition", "payload", "payloadB64", "transactionId", "traceId"})
+PUSH_SERVER_OWNED = frozenset({"messageId", "producerSub", "createdAt", "offset", "tenant"})
+ACK_STATUSES = ("completed", "failed", "retry", "dlq")
+ACK_ITEM_FIELDS = frozenset({"queue", "partition", "transactionId", "offset", "status", "error"})
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, BAD_REQUEST, message)
+
+
+def _optional_string(raw: dict, name: str, where: str, default: str | None = None) -> str | None:
+    value = raw.get(name, default)
+    if value is not None and (not isinstance(value, str) or value == ""):
+        raise bad_request(f"{where}: {name} must be a non-empty string")
+    return value
+
+
+def wire_message(message: dict) -> dict:
+    """A message or record as the client sees it: payload decoded JSON or payloadB64."""
+    out = {k: v for k, v in message.items() if k not in ("payload", "encrypted")}
+    payload = message.get("payload", b"")
+    out.update(payload_fields(bytes(payload)))
+    return out
+
+
+# --- push ------------------------------------------------------------------------------------
+
+
+def parse_push_items(body: Any) -> list[dict]:
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+        raise bad_request('the body must be {"items": [...]}')
+    extra = sorted(body.keys() - {"items"})
+    if extra:
+        raise bad_request(f"unknown top-level field(s): {', '.join(extra)}")
+    raw_items = body["items"]
+    if not raw_items:
+        raise bad_request("items is empty")
+    if len(raw_items) > MAX_PUSH_ITEMS:
+        raise bad_request(f"{len(raw_items)} items is over the cap of {MAX_PUSH_ITEMS} per call")
+    items = []
+    for i, raw in enumerate(raw_items):
+        where = f"items[{i}]"
+        if not isinstance(raw, dict):
+            raise bad_request(f"{where} must be an object")
+        owned = sorted(k for k in raw if k in PUSH_SERVER_OWNED or k.startswith("_"))
+        if owned:
+            raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
+        unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS)
+        if unknown:
+            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+        queue = _optional_string(raw, "queue", where)
+        if queue is None:
+            raise bad_request(f"{where}: queue is missing")
+        if ("payload" in raw) == ("payloadB64" in raw):
+            raise bad_request(f"{where}: give exactly one of payload (any JSON value) or payloadB64")
+        if "payload" in raw:
+            payload = json_value_to_bytes(raw["payload"])
+        else:
+            try:
+                payload = decode_base64(raw["payloadB64"])
+            except PayloadDecodeError as exc:
+                raise bad_request(f"{where}: payloadB64 {exc}") from None
+        message_id = new_message_id()
+        items.append({
+            "queue": queue,
+            "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
+            "payload": payload,
+            "transactionId": _optional_string(raw, "transactionId", where) or message_id,
+            "messageId": message_id,
+            "traceId": _optional_string(raw, "traceId", where),
+            "encrypted": False,
+        })
+    return items
+
+
+async def post_push(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.PRODUCE)
+    items = parse_push_items(await json_body(request, BAD_REQUEST))
+    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
+    if "error" in result:
+        raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
+    return json_response({"results": result["results"]}, status=201)
+
+
+# --- pop -------------------------------------------------------------------------------------
+
+
+async def _pop_once(serving: ServingNode, tenant: str, command_args: dict) -> dict | None:
+    command = dict(command_args, leaseId=new_lease_id())
+    result = await propose(serving, tenant, command, UNAVAILABLE)
+    if "error" in result:
+        raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "pop refused")
+    return result if result.get("messages") else None
+
+
+async def get_pop(request: web.Request) -> web.Response:
+    """A pop is a write (it takes a lease). The long poll waits on applies and proposes a pop only
+    when the state says one would return something, so an idle consumer adds no log entries
+    beyond one read barrier per LONG_POLL_RECHECK_S."""
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.CONSUME)
+    tenant = principal.tenant
+    queue = request.match_info["queue"]
+    partition = request.match_info.get("partition")
+    group_name = request.query.get("consumerGroup") or None
+    batch = min(MAX_POP_BATCH, max(1, query_int(request, "batch", 1, BAD_REQUEST)))
+    wait = query_bool(request, "wait", False, BAD_REQUEST)
+    timeout_ms = min(MAX_POP_TIMEOUT_MS, max(0, query_int(request, "timeout", DEFAULT_POP_TIMEOUT_MS, BAD_REQUEST)))
+    auto_ack = query_bool(request, "autoAck", False, BAD_REQUEST)
+    command_args = {"op": "pop", "queue": queue, "partition": partition, "consumerGroup": group_name,
+                    "batch": batch, "autoAck": auto_ack}
+
+    def deliverable(state: Any) -> bool:
+        return bool(state.deliverable(queue, partition, group_name))
+
+    group = serving.groups[tenant]
+    signal = serving.apply_signals[tenant]
+    deadline = time.monotonic() + (timeout_ms / 1000.0 if wait else 0.0)
+    # The first check goes through the barrier: a pop right after an acknowledged push sees it.
+    ready = await read(serving, tenant, deliverable, UNAVAILABLE)
+    while True:
+        if ready:
+            result = await _pop_once(serving, tenant, command_args)
+            if result is not None:
+                return json_response({"leaseId": result.get("leaseId"),
+                                      "messages": [wire_message(m) for m in result["messages"]]})
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or request.transport is None or request.transport.is_closing():
+            return web.Response(status=204)
+        applied = await signal.wait(min(remaining, LONG_POLL_RECHECK_S))
+        if applied:
+            ready = group.peek_local(deliverable)
+        else:
+            ready = await read(serving, tenant, deliverable, UNAVAILABLE)
+
+
+# --- ack -------------------------------------------------------------------------------------
+
+
+def parse_ack(body: Any, single: bool) -> dict:
+    if not isinstance(body, dict):
+        raise bad_request("the body must be an object")
+    if single and "acknowledgments" not in body:
+        # The single form: one acknowledgment's fields next to consumerGroup and leaseId.
+        envelope = {k: body[k] for k in ("consumerGroup", "leaseId") if k in body}
+        envelope["acknowledgments"] = [{k: v for k, v in body.items() if k not in ("consumerGroup", "leaseId")}]
+        body = envelope
+    extra = sorted(body.keys() - {"consumerGroup", "leaseId", "acknowledgments"})
+    if extra:
+        raise bad_request(f"unknown top-level field(s): {', '.join(extra)}")
+    raw_items = body.get("acknowledgments")
+    if not isinstance(raw_items, list) or not raw_items:
+        raise bad_request("acknowledgments must be a non-empty array")
+    if len(raw_items) > MAX_ACK_ITEMS:
+        raise bad_request(f"{len(raw_items)} acknowledgments is over the cap of {MAX_ACK_ITEMS} per call")
+    consumer_group = _optional_string(body, "consumerGroup", "body")
+    lease_id = _optional_string(body, "leaseId", "body")
+    items = []
+    for i, raw in enumerate(raw_items):
+        where = f"acknowledgments[{i}]"
+        if not isinstance(raw, dict):
+            raise bad_request(f"{where} must be an object")
+        unknown = sorted(raw.keys() - ACK_ITEM_FIELDS)
+        if unknown:
+            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+        status = raw.get("status", "completed")
+        if status not in ACK_STATUSES:
+            raise bad_request(f"{where}: status {status!r} is not one of {', '.join(ACK_STATUSES)}")
+        item: dict[str, Any] = {"partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION), "status": status}
+        if "transactionId" in raw:
+            item["transactionId"] = _optional_string(raw, "transactionId", where)
+        if "offset" in raw:
+            if not is_int(raw["offset"]) or raw["offset"] < 0:
+                raise bad_request(f"{where}: offset must be an integer >= 0")
+            item["offset"] = raw["offset"]
+        if "transactionId" not in item and "offset" not in item:
+            raise bad_request(f"{where}: give transactionId or offset")
+        if "queue" in raw:
+            item["queue"] = _optional_string(raw, "queue", where)
+        if "error" in raw:
+            if not isinstance(raw["error"], str):
+                raise bad_request(f"{where}: error must be a string")
+            item["error"] = raw["error"]
+        items.append(item)
+    return {"op": "ack", "consumerGroup": consumer_group, "leaseId": lease_id, "acknowledgments": items}
+
+
+async def _post_ack(request: web.Request, single: bool) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.CONSUME)
+    command = parse_ack(await json_body(request, BAD_REQUEST), single)
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
+    if "error" in result:
+        raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "ack refused")
+    return json_response({"results": result["results"]})
+
+
+async def post_ack(request: web.Request) -> web.Response:
+    return await _post_ack(request, single=True)
+
+
+async def post_ack_batch(request: web.Request) -> web.Response:
+    return await _post_ack(request, single=False)
+
+
+# --- fetch -----------------------------------------------------------------------------------
+
+
+def parse_fetch(body: Any) -> list[dict]:
+    if not isinstance(body, dict) or not isinstance(body.get("entries"), list):
+        raise bad_request('the body must be {"entries": [...]}')
+    entries = body["entries"]
+    if not entries or len(entries) > MAX_FETCH_ENTRIES:
+        raise bad_request(f"entries must hold 1..{MAX_FETCH_ENTRIES} items")
+    parsed = []
+    for i, raw in enumerate(entries):
+        where = f"entries[{i}]"
+        if not isinstance(raw, dict):
+            raise bad_request(f"{where} must be an object")
+        unknown = sorted(raw.keys() - {"queue", "partition", "offset", "limit"})
+        if unknown:
+            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+        queue = _optional_string(raw, "queue", where)
+        if queue is None:
+            raise bad_request(f"{where}: queue is missing")
+        offset = raw.get("offset", 0)
+        limit = raw.get("limit", FETCH_DEFAULT_LIMIT)
+        if not is_int(offset) or offset < 0:
+            raise bad_request(f"{where}: offset must be an integer >= 0")
+        if not is_int(limit):
+            raise bad_request(f"{where}: limit must be an integer")
+        parsed.append({"queue": queue, "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
+                       "offset": offset, "limit": min(FETCH_MAX_LIMIT, max(1, limit))})
+    return parsed
+
+
+async def post_fetch(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.READ)
+    entries = parse_fetch(await json_body(request, BAD_REQUEST))
+
+    def fetch_all(state: Any) -> list[list[dict]]:
+        return [list(state.fetch(e["queue"], e["partition"], e["offset"], e["limit"])) for e in entries]
+
+    found = await read(serving, principal.tenant, fetch_all, UNAVAILABLE)
+    return json_response({"entries": [{"records": [wire_message(r) for r in records]} for records in found]})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/push", post_push)
+    app.router.add_get("/api/v1/pop/queue/{queue}", get_pop)
+    app.router.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", get_pop)
+    app.router.add_post("/api/v1/ack", post_ack)
+    app.router.add_post("/api/v1/ack/batch", post_ack_batch)
+    app.router.add_post("/api/v1/fetch", post_fetch)

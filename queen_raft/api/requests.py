@@ -1,0 +1,59 @@
+"""Reading a request: its JSON body and its query parameters, each failure a 400 with the route's code."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from queen_raft.api.errors import ApiError
+
+
+async def json_body(request: web.Request, bad_request_code: str) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, "payload_too_large", f"the request body is over {request.client_max_size} bytes") from None
+    if not raw:
+        raise ApiError(400, bad_request_code, "the request has no body; a JSON body is required")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, bad_request_code, f"the body is not valid JSON: {exc}") from None
+
+
+def query_int(request: web.Request, name: str, default: int, bad_request_code: str) -> int:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ApiError(400, bad_request_code, f"query parameter {name} must be an integer, got {text!r}") from None
+
+
+def query_bool(request: web.Request, name: str, default: bool, bad_request_code: str) -> bool:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ApiError(400, bad_request_code, f"query parameter {name} must be true or false, got {text!r}")
+
+
+def is_int(value: Any) -> bool:
+    """JSON integers only: a bool is not a number here, and 300.0 is not an integer delay."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(body, separators=(",", ":")).encode("utf-8"),
+        content_type="application/json",
+        headers=headers or {},
+    )

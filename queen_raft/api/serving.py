@@ -1,0 +1,38 @@
+"""What the routes need from the node process they run in: its config, its groups, its meters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from aiohttp import web
+
+from queen_raft.api.apply_signal import ApplySignal
+from queen_raft.api.rate_limit import TenantRateLimiter
+from queen_raft.config import ClusterConfig
+
+if TYPE_CHECKING:  # metrics.py serves a route and so imports this module
+    from queen_raft.api.metrics import ApiMetrics
+
+
+@dataclass
+class ServingNode:
+    node_id: str
+    config: ClusterConfig
+    # tenant -> its group on this node: propose(command), read(fn), peek_local(fn), status()
+    groups: Mapping[str, Any]
+    # tenant -> the signal its group's applies raise (long polls wait on it)
+    apply_signals: Mapping[str, ApplySignal]
+    metrics: "ApiMetrics"
+    timer_rate: TenantRateLimiter
+
+    @property
+    def settings(self):
+        return self.config.settings
+
+
+SERVING_KEY = web.AppKey("serving", ServingNode)
+
+
+def serving_of(request: web.Request) -> ServingNode:
+    return request.app[SERVING_KEY]

@@ -1,0 +1,284 @@
+"""The four timer routes of SPEC.md section 2: shape, gates in SPEC order, the command, the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from queen_raft.api.auth import Access, require
+from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64
+from queen_raft.api.errors import ApiError, retry_after_header
+from queen_raft.api.group_calls import propose, read
+from queen_raft.api.ids import new_message_id
+from queen_raft.api.requests import is_int, json_body, json_response, query_int
+from queen_raft.api.serving import ServingNode, serving_of
+from queen_raft.config import Settings
+
+BAD_REQUEST = "timers_bad_request"
+UNAVAILABLE = "timers_unavailable"
+DEFAULT_PARTITION = "Default"
+
+OPS = ("schedule", "reschedule", "cancel")
+# Fields a client may never set: they are attested by the broker (producerSub above all) or
+# computed by it. Supplying one is a 400, never a silent drop (seeds/timer-routes.md).
+SERVER_OWNED_FIELDS = frozenset({
+    "producerSub", "messageId", "tenant", "deliverAt", "attempts", "lastError", "claimed", "createdAt", "updatedAt",
+})
+SCHEDULE_REQUIRED = frozenset({"op", "queue", "timerKey", "delayMs", "txn", "payload"})
+SCHEDULE_OPTIONAL = frozenset({"partition", "payloadZstd", "encrypted"})
+CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
+CANCEL_OPTIONAL = frozenset({"txn"})
+
+# List: limit defaults to 100, clamped (not refused) to 1..1000 (SPEC.md section 2).
+LIST_DEFAULT_LIMIT = 100
+LIST_MAX_LIMIT = 1000
+# A paused tenant is an operator's decision; ask clients to come back in a while, not hammer.
+TIMERS_DISABLED_RETRY_AFTER_S = 30
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, BAD_REQUEST, message)
+
+
+def _non_empty_string(op: dict, name: str, where: str) -> str:
+    value = op.get(name)
+    if not isinstance(value, str) or value == "":
+        raise bad_request(f"{where}: {name} must be a non-empty string")
+    return value
+
+
+def parse_timer_op(raw: Any, index: int) -> dict:
+    """One operation, checked whole; the result is the command's op (messageId added at propose)."""
+    where = f"operations[{index}]"
+    if not isinstance(raw, dict):
+        raise bad_request(f"{where} must be an object")
+    owned = sorted(k for k in raw if k in SERVER_OWNED_FIELDS or k.startswith("_"))
+    if owned:
+        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
+    op = raw.get("op")
+    if op is None:
+        raise bad_request(f"{where}: op is missing")
+    if op not in OPS:
+        raise bad_request(f"{where}: op {op!r} is not one of {', '.join(OPS)}")
+    required, optional = (CANCEL_REQUIRED, CANCEL_OPTIONAL) if op == "cancel" else (SCHEDULE_REQUIRED, SCHEDULE_OPTIONAL)
+    unknown = sorted(raw.keys() - required - optional)
+    if unknown:
+        raise bad_request(f"{where}: unknown field(s) for {op}: {', '.join(unknown)}")
+    missing = sorted(required - raw.keys())
+    if missing:
+        raise bad_request(f"{where}: {op} needs {', '.join(missing)}")
+    queue = _non_empty_string(raw, "queue", where)
+    timer_key = _non_empty_string(raw, "timerKey", where)
+    if op == "cancel":
+        txn = raw.get("txn")
+        if txn is not None and not isinstance(txn, str):
+            raise bad_request(f"{where}: txn must be a string")
+        return {"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}
+    delay = raw["delayMs"]
+    if not is_int(delay):
+        raise bad_request(f"{where}: delayMs must be an integer number of milliseconds, got {delay!r}")
+    txn = _non_empty_string(raw, "txn", where)
+    try:
+        payload = decode_base64(raw["payload"])
+    except PayloadDecodeError as exc:
+        raise bad_request(f"{where}: payload {exc}") from None
+    partition = raw.get("partition", DEFAULT_PARTITION)
+    if not isinstance(partition, str) or partition == "":
+        raise bad_request(f"{where}: partition must be a non-empty string")
+    flags = {}
+    for name in ("payloadZstd", "encrypted"):
+        value = raw.get(name, False)
+        if not isinstance(value, bool):
+            raise bad_request(f"{where}: {name} must be true or false")
+        flags[name] = value
+    return {
+        "op": op, "queue": queue, "timerKey": timer_key, "partition": partition, "delayMs": delay,
+        "txn": txn, "payload": payload, "payloadZstd": flags["payloadZstd"], "encrypted": flags["encrypted"],
+    }
+
+
+def parse_timer_ops(body: Any, max_ops: int) -> list[dict]:
+    """The whole batch, or a 400: nothing is proposed from a body with one bad op."""
+    if isinstance(body, dict):
+        extra = sorted(body.keys() - {"operations"})
+        if extra:
+            raise bad_request(f"unknown top-level field(s): {', '.join(extra)}; send {{\"operations\": [...]}}")
+        if "operations" not in body:
+            raise bad_request("operations is missing")
+        raw_ops = body["operations"]
+    else:
+        raw_ops = body
+    if not isinstance(raw_ops, list):
+        raise bad_request("operations must be an array")
+    if not raw_ops:
+        raise bad_request("operations is empty")
+    if len(raw_ops) > max_ops:
+        raise bad_request(f"{len(raw_ops)} operations is over the cap of {max_ops} per call (QUEEN_TIMERS_MAX_OPS_PER_CALL)")
+    ops = [parse_timer_op(raw, i) for i, raw in enumerate(raw_ops)]
+    seen: set[tuple[str, str]] = set()
+    for i, op in enumerate(ops):
+        identity = (op["queue"], op["timerKey"])
+        if identity in seen:
+            raise bad_request(f"operations[{i}]: queue {op['queue']!r} timerKey {op['timerKey']!r} appears twice in one call")
+        seen.add(identity)
+    return ops
+
+
+def check_plan_limits(ops: list[dict], settings: Settings) -> None:
+    """The horizon (403) and the payload ceiling (413), after the pause and rate gates."""
+    horizon_ms = settings.timers_max_horizon_s * 1000
+    for i, op in enumerate(ops):
+        if op["op"] != "cancel" and op["delayMs"] > horizon_ms:
+            raise ApiError(403, "timer_horizon_exceeded",
+                           f"operations[{i}]: delayMs {op['delayMs']} is beyond the horizon of {settings.timers_max_horizon_s} s")
+    for i, op in enumerate(ops):
+        if op["op"] != "cancel" and len(op["payload"]) > settings.timers_max_payload_bytes:
+            raise ApiError(413, "payload_too_large",
+                           f"operations[{i}]: the decoded payload is {len(op['payload'])} bytes, over {settings.timers_max_payload_bytes}")
+
+
+def cancel_hint(ops: list[dict]) -> dict[str, str]:
+    """Names the route that always works, for a batch holding a cancel refused by pause, rate or quota."""
+    for op in ops:
+        if op["op"] == "cancel":
+            path = f"/api/v1/timers/{quote(op['queue'], safe='')}/{quote(op['timerKey'], safe='/')}"
+            return {"x-queen-timers-hint": f"DELETE {path}"}
+    return {}
+
+
+def _read_flag(state: Any, name: str) -> Any:
+    value = getattr(state, name)
+    return value() if callable(value) else value
+
+
+def _refuse(serving: ServingNode, error: ApiError) -> ApiError:
+    serving.metrics.schedule_rejected.labels(reason=error.code).inc()
+    return error
+
+
+async def post_timers(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    settings = serving.settings
+    principal = require(serving.config, request, Access.PRODUCE)
+    try:
+        ops = parse_timer_ops(await json_body(request, BAD_REQUEST), settings.timers_max_ops_per_call)
+    except ApiError as error:
+        raise _refuse(serving, error) from None
+    tenant = principal.tenant
+    hint = cancel_hint(ops)
+    group = serving.groups[tenant]
+    # The pause is replicated state read locally: a pause is an operator's switch, and a call that
+    # races it by one apply is no worse than one that arrived a moment earlier.
+    if group.peek_local(lambda state: _read_flag(state, "scheduling_paused")):
+        raise _refuse(serving, ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
+                                        {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}))
+    wait_s = serving.timer_rate.take(tenant)
+    if wait_s > 0:
+        raise _refuse(serving, ApiError(429, "rate_limited", f"over the tenant's timer call rate of {settings.timers_rate}/s on this node",
+                                        {**retry_after_header(wait_s), **hint}))
+    try:
+        check_plan_limits(ops, settings)
+    except ApiError as error:
+        raise _refuse(serving, error) from None
+    command_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in ops]
+    command = {
+        "op": "timers", "producerSub": principal.sub, "maxPending": settings.timers_max_pending,
+        "policy": settings.fire_policy(), "ops": command_ops,
+    }
+    try:
+        result = await propose(serving, tenant, command, UNAVAILABLE)
+    except ApiError as error:
+        raise _refuse(serving, error) from None
+    if "error" in result:
+        code = result["error"]
+        if code == "timers_quota_exceeded":
+            error = ApiError(403, code, result.get("message") or "the tenant's pending-timer quota is exhausted", hint)
+        elif code == BAD_REQUEST:
+            error = ApiError(400, code, result.get("message") or "the batch was refused")
+        else:
+            error = ApiError(500, code, result.get("message") or "the state refused the batch")
+        raise _refuse(serving, error)
+    results = result["results"]
+    for op, answer in zip(ops, results):
+        serving.metrics.timer_ops.labels(tenant=tenant, op=op["op"], status=answer.get("status", "?")).inc()
+    return json_response({"results": results})
+
+
+def _path_identity(request: web.Request) -> tuple[str, str]:
+    queue = request.match_info["queue"]
+    timer_key = request.match_info.get("timerKey", "")
+    if timer_key == "":
+        raise bad_request("the path needs a timerKey after the queue")
+    return queue, timer_key
+
+
+async def delete_timer(request: web.Request) -> web.Response:
+    """Cancel on its own route: passes the pause, the rate and the quota (seeds/timer-routes.md)."""
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.CONSUME)
+    queue, timer_key = _path_identity(request)
+    txn = request.query.get("txn")
+    command = {
+        "op": "timers", "producerSub": principal.sub, "maxPending": None,
+        "ops": [{"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}],
+    }
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
+    if "error" in result:
+        raise ApiError(500, result["error"], result.get("message") or "the state refused the cancel")
+    answer = result["results"][0]
+    serving.metrics.timer_ops.labels(tenant=principal.tenant, op="cancel", status=answer.get("status", "?")).inc()
+    return json_response(answer)
+
+
+# The peek answer of SPEC.md section 2, in this order; anything else the state keeps stays inside.
+PEEK_FIELDS = ("partition", "deliverAt", "txn", "messageId", "payload", "payloadZstd", "encrypted",
+               "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")
+LIST_ROW_FIELDS = tuple(name for name in PEEK_FIELDS if name != "payload")
+
+
+def _timer_fields(row: dict, names: tuple[str, ...]) -> dict:
+    out = {name: row.get(name) for name in names}
+    if "payload" in out and isinstance(out["payload"], (bytes, bytearray)):
+        out["payload"] = encode_base64(bytes(out["payload"]))
+    if "claimed" in out:
+        out["claimed"] = False  # nothing holds a claim in the Raft design: fire and cancel are ordered entries
+    return out
+
+
+def peek_answer(queue: str, timer_key: str, row: dict | None) -> dict:
+    if row is None:
+        return {"found": False, "queue": queue, "timerKey": timer_key}
+    return {"found": True, "queue": queue, "timerKey": timer_key, **_timer_fields(row, PEEK_FIELDS)}
+
+
+def list_answer(page: dict) -> dict:
+    rows = [{"queue": row.get("queue"), "timerKey": row.get("timerKey"), **_timer_fields(row, LIST_ROW_FIELDS)}
+            for row in page.get("rows", [])]
+    return {"rows": rows, "truncated": bool(page.get("truncated")), "nextAfter": page.get("nextAfter")}
+
+
+async def get_timer(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.READ)
+    queue, timer_key = _path_identity(request)
+    row = await read(serving, principal.tenant, lambda state: state.peek_timer(queue, timer_key), UNAVAILABLE)
+    return json_response(peek_answer(queue, timer_key, row))
+
+
+async def list_timers(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.READ)
+    queue = request.match_info["queue"]
+    after = request.query.get("after") or None
+    limit = min(LIST_MAX_LIMIT, max(1, query_int(request, "limit", LIST_DEFAULT_LIMIT, BAD_REQUEST)))
+    page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit), UNAVAILABLE)
+    return json_response(list_answer(page))
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/timers", post_timers)
+    app.router.add_get("/api/v1/timers/{queue}", list_timers)
+    app.router.add_get("/api/v1/timers/{queue}/{timerKey:.*}", get_timer)
+    app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.*}", delete_timer)
