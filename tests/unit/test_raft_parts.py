@@ -1,0 +1,257 @@
+"""The Raft layer's parts alone: clock, settings, journal durability, group-commit holding, the
+replicated apply wrapper and the snapshot blob."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import msgpack
+import pytest
+from pysyncobj.journal import FileJournal
+from pysyncobj.pickle import loads as pysyncobj_loads
+from pysyncobj.transport import TCPTransport
+
+from queen_raft import clock
+from queen_raft.raft import RaftSettings
+from queen_raft.raft.group import GroupUnavailable, is_loopback_host
+from queen_raft.raft.journal import (
+    CompactionGuardedJournal,
+    DurableMetaStorer,
+    GroupCommitJournal,
+    create_journal,
+    register_journal,
+    unregister_journal,
+)
+from queen_raft.raft.replicated_state import ReplicatedTenantState, SnapshotBlob, decode_command, encode_command
+from queen_raft.raft.transport import GroupTransport
+
+# -- clock -------------------------------------------------------------------------------------------
+
+
+def test_clock_offset_without_test_hooks_is_refused():
+    with pytest.raises(ValueError, match="QUEEN_TEST_HOOKS"):
+        clock.offset_from_environment({"QUEEN_TEST_CLOCK_OFFSET_MS": "500"})
+    assert clock.offset_from_environment({"QUEEN_TEST_CLOCK_OFFSET_MS": "500", "QUEEN_TEST_HOOKS": "1"}) == 500
+    assert clock.offset_from_environment({}) == 0
+    with pytest.raises(ValueError):
+        clock.offset_from_environment({"QUEEN_TEST_CLOCK_OFFSET_MS": "soon", "QUEEN_TEST_HOOKS": "1"})
+
+
+def test_wall_ms_follows_the_runtime_offset_only_with_hooks(monkeypatch):
+    monkeypatch.delenv("QUEEN_TEST_HOOKS", raising=False)
+    with pytest.raises(ValueError):
+        clock.set_offset_ms(1000)
+    monkeypatch.setenv("QUEEN_TEST_HOOKS", "1")
+    try:
+        clock.set_offset_ms(0)
+        base = clock.wall_ms()
+        clock.set_offset_ms(60_000)
+        skewed = clock.wall_ms()
+        assert 59_000 < skewed - base < 61_000
+    finally:
+        clock.set_offset_ms(0)
+
+
+# -- settings -----------------------------------------------------------------------------------------
+
+
+def test_settings_defaults_are_the_measured_ones_and_bad_values_are_refused():
+    s = RaftSettings()
+    assert (s.election_min_s, s.election_max_s, s.append_entries_period_s) == (0.2, 0.6, 0.05)
+    assert s.leader_fallback_timeout_s == 2.5 and s.connection_retry_s == 0.5
+    assert s.tick_policy == {"fireBatch": 256, "fireMaxBytes": 4 * 1024 * 1024}
+    with pytest.raises(ValueError):
+        RaftSettings(fsync="always")
+    with pytest.raises(ValueError):
+        RaftSettings(election_min_s=0.1, append_entries_period_s=0.05)  # pysyncobj needs > 3x
+    with pytest.raises(ValueError):
+        RaftSettings(max_in_flight=0)
+
+
+def test_loopback_detection_decides_when_a_password_is_required():
+    assert is_loopback_host("127.0.0.1") and is_loopback_host("localhost") and is_loopback_host("::1")
+    assert not is_loopback_host("10.0.0.5") and not is_loopback_host("node1.example")
+
+
+def test_group_unavailable_carries_reason_and_retry_after():
+    exc = GroupUnavailable("no_leader")
+    assert exc.reason == "no_leader" and exc.retry_after_s == 1.0
+    assert GroupUnavailable("busy", 0.1).retry_after_s == 0.1
+
+
+# -- journal -------------------------------------------------------------------------------------------
+
+
+def test_group_commit_journal_marks_dirty_and_flushes_once(tmp_path):
+    journal = GroupCommitJournal(str(tmp_path / "j"), None)
+    assert not journal.flush_if_dirty()
+    journal.add(b"\x00a", 1, 1)
+    journal.add(b"\x00b", 2, 1)
+    assert journal.dirty
+    assert journal.flush_if_dirty() and journal.flushes == 1
+    assert not journal.flush_if_dirty()
+    journal.deleteEntriesFrom(1)
+    assert journal.dirty
+    journal.flush_if_dirty()
+    journal._destroy()
+    reopened = FileJournal(str(tmp_path / "j"))
+    assert [e[1] for e in reopened] == [1]
+
+
+def test_term_and_vote_are_written_through_the_fsyncing_meta_storer(tmp_path):
+    journal = GroupCommitJournal(str(tmp_path / "j"), None)
+    assert isinstance(journal._FileJournal__metaStorer, DurableMetaStorer)
+    journal.setCurrentTerm(7, "127.0.0.1:1")
+    with open(str(tmp_path / "j.meta"), "rb") as f:
+        meta = pysyncobj_loads(f.read())
+    assert meta["currentTerm"] == 7 and meta["votedForNodeId"] == "127.0.0.1:1"
+    assert not os.path.exists(str(tmp_path / "j.meta.tmp"))
+
+
+def test_compaction_past_the_end_of_the_log_is_refused(tmp_path):
+    journal = CompactionGuardedJournal(str(tmp_path / "j"))
+    for idx in (1, 2, 3):
+        journal.add(b"\x00", idx, 1)
+    journal.deleteEntriesTo(3)  # would empty the log: every tick would raise IndexError
+    assert len(journal) == 3 and journal.compactions_refused == 1
+    journal.deleteEntriesTo(2)
+    assert [e[1] for e in journal] == [3]
+
+
+def test_compaction_in_group_mode_makes_the_snapshot_durable_first(tmp_path, monkeypatch):
+    dump = tmp_path / "snap"
+    dump.write_bytes(b"snapshot")
+    synced = []
+    monkeypatch.setattr("queen_raft.raft.journal.fsync_path", synced.append)
+    journal = GroupCommitJournal(str(tmp_path / "j"), str(dump))
+    for idx in (1, 2, 3):
+        journal.add(b"\x00", idx, 1)
+    journal.deleteEntriesTo(2)
+    assert str(dump) in synced and str(tmp_path) in synced  # the file and its directory
+    assert [e[1] for e in journal] == [3]
+
+
+def test_journal_factory_picks_the_registered_kind(tmp_path):
+    group_path, off_path = str(tmp_path / "g"), str(tmp_path / "o")
+    register_journal(group_path, "group", None)
+    register_journal(off_path, "off", None)
+    try:
+        assert type(create_journal(group_path)) is GroupCommitJournal
+        assert type(create_journal(off_path)) is CompactionGuardedJournal
+    finally:
+        unregister_journal(group_path)
+        unregister_journal(off_path)
+
+
+# -- group commit in the transport ------------------------------------------------------------------------
+
+
+class FakeJournal:
+    def __init__(self):
+        self.dirty = False
+        self.flushes = 0
+
+    def flush_if_dirty(self):
+        if self.dirty:
+            self.dirty = False
+            self.flushes += 1
+
+
+def bare_transport(monkeypatch, journal):
+    """A GroupTransport without sockets: the stock send and _onTick record what they are given."""
+    transport = object.__new__(GroupTransport)
+    transport.group_commit_journal = journal
+    transport._held = {}
+    transport._nodes = {"peer"}
+    transport._connections = {}
+    sent, ticks = [], []
+    monkeypatch.setattr(TCPTransport, "send", lambda self, node, message: sent.append((node, message)) or True)
+    monkeypatch.setattr(TCPTransport, "_onTick", lambda self: ticks.append(journal.flushes))
+    return transport, sent, ticks
+
+
+def test_acknowledgements_wait_for_the_flush_and_keep_their_order(monkeypatch):
+    journal = FakeJournal()
+    transport, sent, ticks = bare_transport(monkeypatch, journal)
+    vote = {"type": "response_vote", "term": 2}
+    transport.send("leader", vote)
+    assert sent == [("leader", vote)]  # nothing dirty: straight through
+
+    journal.dirty = True
+    ack = {"type": "next_node_idx", "next_node_idx": 5, "success": True}
+    later = {"type": "apply_command", "command": b"x"}
+    transport.send("leader", ack)
+    transport.send("leader", later)  # behind a held ack: held too, order per link
+    assert sent == [("leader", vote)]
+    assert transport.held_count() == 2
+
+    transport._onTick()
+    assert journal.flushes == 1 and ticks == [1]  # flushed before the stock tick work
+    assert sent == [("leader", vote), ("leader", ack), ("leader", later)]
+    assert transport.held_count() == 0
+
+
+def test_without_group_commit_nothing_is_held(monkeypatch):
+    transport, sent, _ = bare_transport(monkeypatch, FakeJournal())
+    transport.group_commit_journal = None
+    transport.send("leader", {"type": "next_node_idx"})
+    assert len(sent) == 1
+
+
+# -- apply and snapshots ---------------------------------------------------------------------------------
+
+
+class ListState:
+    def __init__(self, items=None):
+        self.items = list(items or [])
+        self.clock = 0
+
+    def apply(self, command):
+        if command["op"] == "raise":
+            raise ValueError("bad")
+        self.items.append(command["payload"])
+        return {"n": len(self.items)}
+
+    def next_due_at(self):
+        return 42
+
+    def snapshot(self):
+        return msgpack.packb(self.items, use_bin_type=True)
+
+    @classmethod
+    def restore(cls, data):
+        return cls(msgpack.unpackb(data, raw=False))
+
+
+def test_commands_keep_bytes_as_bytes():
+    command = {"op": "x", "now": 1, "payload": b"\x00\xff", "name": "s"}
+    assert decode_command(encode_command(command)) == command
+
+
+def test_apply_answers_internal_error_instead_of_raising_and_reports_due():
+    dues = []
+    consumer = ReplicatedTenantState(ListState, ListState.restore, dues.append)
+
+    def apply(consumer, entry):  # how pysyncobj runs the body on every replica
+        return consumer.apply(entry, _doApply=True)
+
+    assert apply(consumer, encode_command({"op": "add", "payload": b"a"})) == {"n": 1}
+    result = apply(consumer, encode_command({"op": "raise"}))
+    assert result["error"] == "internal" and "ValueError" in result["message"]
+    assert apply(consumer, b"\xc1not msgpack")["error"] == "internal"
+    assert consumer.internal_errors == 2
+    assert dues == [42]
+
+
+def test_snapshot_blob_pickles_as_the_state_snapshot_and_restores():
+    consumer = ReplicatedTenantState(ListState, ListState.restore, lambda due: None)
+    consumer.state.items = [b"a", b"b"]
+    blob = consumer._serialize()
+    assert isinstance(blob, SnapshotBlob)
+    data = pickle.loads(pickle.dumps(blob, protocol=4))
+    assert data == consumer.state.snapshot()
+    other = ReplicatedTenantState(ListState, ListState.restore, lambda due: None)
+    other._deserialize(data)
+    assert other.state.items == [b"a", b"b"]
+

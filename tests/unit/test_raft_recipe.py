@@ -1,0 +1,253 @@
+"""The pysyncobj recipe: every private member we override or read still exists in the pinned version,
+with the signature and behaviour we copied; and the overrides do what they are for.
+
+If pysyncobj is upgraded and one of these fails, re-read the recipe against the new source before
+changing the test.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+import socket
+import time
+
+import pysyncobj
+import pysyncobj.journal
+import pysyncobj.pickle
+import pysyncobj.syncobj
+import pysyncobj.tcp_server
+import pysyncobj.transport
+import pytest
+from pysyncobj.poller import createPoller
+from pysyncobj.serializer import Serializer
+from pysyncobj.syncobj import SyncObj, SyncObjConsumer
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.transport import TCPTransport
+
+from queen_raft.raft import connection as connection_module
+from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
+from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, create_journal, install_journal_factory
+from queen_raft.raft.transport import GroupTransport
+
+PINNED_VERSION = "0.3.17"
+
+
+def params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def source(fn) -> str:
+    return inspect.getsource(fn)
+
+
+def test_pysyncobj_is_the_pinned_version():
+    from pysyncobj.version import VERSION
+
+    assert VERSION == PINNED_VERSION
+
+
+# -- TcpConnection ----------------------------------------------------------------------------------
+
+def test_tcp_connection_private_members_we_override_exist():
+    assert params(TcpConnection.send) == ["self", "message"]
+    assert params(TcpConnection.connect) == ["self", "host", "port"]
+    assert params(TcpConnection.disconnect) == ["self"]
+    assert params(TcpConnection._TcpConnection__processSend) == ["self"]
+    assert params(TcpConnection._TcpConnection__processParseMessage) == ["self"]
+    assert params(TcpConnection._TcpConnection__trySendBuffer) == ["self"]
+    assert params(TcpConnection._TcpConnection__processConnection) == ["self", "descr", "eventType"]
+    # The stock code we replace: slicing copies, level-3 zlib, no WRITE re-arm in send.
+    assert "self.__writeBuffer = self.__writeBuffer[res:]" in source(TcpConnection._TcpConnection__processSend)
+    assert "self.__readBuffer = self.__readBuffer[4 + l:]" in source(TcpConnection._TcpConnection__processParseMessage)
+    assert "zlib.compress(pickle.dumps(message), 3)" in source(TcpConnection.send)
+    # Receiving still appends with += (works in place on a bytearray) and decompresses with zlib.
+    assert "self.__readBuffer += incoming" in source(TcpConnection._TcpConnection__processRead)
+    assert "zlib.decompress(data)" in source(TcpConnection._TcpConnection__processParseMessage)
+
+
+def test_tcp_connection_private_attributes_exist_after_init():
+    poller = createPoller("auto")
+    conn = TcpConnection(poller)
+    for name in ("__readBuffer", "__writeBuffer", "__poller", "__socket", "__fileno", "__state"):
+        assert hasattr(conn, "_TcpConnection" + name), name
+    fast = FastTcpConnection(poller)
+    assert isinstance(fast._TcpConnection__readBuffer, bytearray)
+    assert isinstance(fast._TcpConnection__writeBuffer, bytearray)
+
+
+def test_recipe_installs_fast_connection_and_pickle_protocol_4():
+    install_connection_recipe()
+    assert "__protocol" in vars(pysyncobj.pickle)
+    assert pysyncobj.transport.TcpConnection is FastTcpConnection
+    assert pysyncobj.tcp_server.TcpConnection is FastTcpConnection
+    assert connection_module.connection_recipe_installed()
+    # Protocol 4 keeps bytes as bytes (protocol 2 turns them into a 1.5x latin-1 str).
+    dumped = pysyncobj.pickle.dumps(b"\xff" * 100)
+    assert dumped[:2] == b"\x80\x04"
+    assert len(dumped) < 120
+    assert pickle.loads(dumped) == b"\xff" * 100
+
+
+def pump(poller, until, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, "poller never delivered"
+        poller.poll(0.01)
+
+
+def test_fast_connection_moves_a_large_message_without_another_send():
+    """A 6 MiB message does not fit the socket buffers: the stock code would leave the rest until
+    the next send; with WRITE re-armed the poller alone delivers it, and buffers stay bytearrays."""
+    install_connection_recipe()
+    poller = createPoller("auto")
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    right.setblocking(False)
+    received = []
+    sender = FastTcpConnection(poller, socket=left, recvBufferSize=1 << 16)
+    receiver = FastTcpConnection(poller, socket=right, onMessageReceived=received.append, recvBufferSize=1 << 16)
+    # Incompressible, so that stock zlib level 3 would not shrink it under the buffer sizes either.
+    message = {"type": "append_entries", "entries": [(b"\x01" + os.urandom(6 * 1024 * 1024), 7, 1)]}
+    # Idle polls first: a WRITE event with nothing to send drops WRITE interest, as on a live link.
+    for _ in range(3):
+        poller.poll(0.01)
+    sender.send(message)
+    assert sender.getSendBufferSize() > 0, "the test needs a message larger than the socket buffers"
+    pump(poller, lambda: received)
+    assert received == [message]
+    assert sender.getSendBufferSize() == 0
+    assert isinstance(sender._TcpConnection__writeBuffer, bytearray)
+    assert isinstance(receiver._TcpConnection__readBuffer, bytearray)
+    assert sender.state == CONNECTION_STATE.CONNECTED and receiver.state == CONNECTION_STATE.CONNECTED
+    # Frames are zlib level 0 ("stored"): readable by stock nodes, never recompressed.
+    sender.disconnect()
+    receiver.disconnect()
+    assert isinstance(sender._TcpConnection__writeBuffer, bytearray)
+
+
+def test_fast_connection_drops_a_corrupt_frame_like_stock():
+    poller = createPoller("auto")
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    disconnected = []
+    receiver = FastTcpConnection(poller, socket=right, onDisconnected=lambda: disconnected.append(True))
+    left.sendall(len(b"garbage").to_bytes(4, "little", signed=True) + b"garbage")
+    pump(poller, lambda: disconnected)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED
+    left.close()
+
+
+# -- TCPTransport ----------------------------------------------------------------------------------
+
+def test_transport_members_we_override_exist_with_the_copied_body():
+    assert params(TCPTransport._connectIfNecessarySingle) == ["self", "node"]
+    assert params(TCPTransport._onIncomingMessageReceived) == ["self", "conn", "message"]
+    assert params(TCPTransport.send) == ["self", "node", "message"]
+    assert params(TCPTransport._onTick) == ["self"]
+    assert params(TCPTransport.__init__) == ["self", "syncObj", "selfNode", "otherNodes"]
+    body = source(TCPTransport._connectIfNecessarySingle)
+    # Our override is this body with the dial target replaced.
+    for line in (
+        "if node in self._connections and self._connections[node].state != CONNECTION_STATE.DISCONNECTED:",
+        "if not self._shouldConnect(node):",
+        "monotonicTime() - self._lastConnectAttempt[node] < self._syncObj.conf.connectionRetryTime",
+        "self._lastConnectAttempt[node] = monotonicTime()",
+        "return self._connections[node].connect(node.ip, node.port)",
+    ):
+        assert line in body, line
+    incoming = source(TCPTransport._onIncomingMessageReceived)
+    assert "node = self._nodeAddrToNode[message] if message in self._nodeAddrToNode else None" in incoming
+    assert "self._onUtilityMessage(conn, message)" in incoming
+    # The transport registers its _onTick as a tick callback (looked up on self: our override runs).
+    assert "self._syncObj.addOnTickCallback(self._onTick)" in source(TCPTransport.__init__)
+
+
+def test_transport_attributes_we_read_are_set_in_init():
+    init = source(TCPTransport.__init__)
+    for name in ("self._connections", "self._unknownConnections", "self._nodes", "self._lastConnectAttempt", "self._syncObj"):
+        assert name + " =" in init, name
+    assert "self._onUtilityMessageCallbacks = {}" in source(pysyncobj.transport.Transport.__init__)
+    assert "TcpConnection(" in source(TCPTransport.addNode)  # looked up in the module: the install works
+
+
+# -- SyncObj -----------------------------------------------------------------------------------------
+
+def test_syncobj_private_members_we_read_exist():
+    init = source(SyncObj.__init__)
+    assert "self.__raftLog = createJournal(self.__conf.journalFile)" in init
+    assert init.index("self.__raftLog = createJournal") < init.index("self.__transport = transportClass(self, self.__selfNode, self.__otherNodes)")
+    assert "self.__pipeNotifier = PipeNotifier(self._poller)" in init
+    assert "self.__raftState = _RAFT_STATE.FOLLOWER" in init
+    assert hasattr(pysyncobj.syncobj, "createJournal")
+    assert params(pysyncobj.syncobj.createJournal) == ["journalFile"]
+
+
+def test_syncobj_tick_order_group_commit_relies_on():
+    tick = source(SyncObj._onTick)
+    # Leader commit scan first, then apply, then new commands appended, then the tick callbacks
+    # (our flush), then poll (where follower acks and new appends arrive).
+    order = [
+        "commitIdx = self.__raftCommitIndex",
+        "needSendAppendEntries = self.__applyLogEntries()",
+        "self._checkCommandsToApply()",
+        "callback()",
+        "self._poller.poll(timeToWait)",
+    ]
+    positions = [tick.index(fragment) for fragment in order]
+    assert positions == sorted(positions)
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    add = handler.index("self.__raftLog.add(*entry)")
+    reply = handler.index("self.__sendNextNodeIdx(node, nextNodeIdx=nextNodeIdx, success=True)")
+    assert add < reply  # the acknowledgement we hold until the flush
+    assert "'type': 'next_node_idx'" in source(SyncObj._SyncObj__sendNextNodeIdx)
+    # The leader adds its entries in _checkCommandsToApply, which runs before the callbacks.
+    assert "self.__raftLog.add(command, idx, term)" in source(SyncObj._checkCommandsToApply)
+
+
+def test_syncobj_snapshot_path_we_rely_on():
+    compaction = source(SyncObj._SyncObj__tryLogCompaction)
+    assert "data.append(consumer._serialize())" in compaction
+    assert "self.__deleteEntriesTo(serializeID)" in compaction
+    assert "consumer._deserialize(consumersData[i])" in source(SyncObj._SyncObj__loadDumpFile)
+    # The forked path is used only without a custom serializer: we keep it.
+    assert "serializer is None" in source(Serializer.__init__)
+    assert "os.fork()" in source(Serializer.serialize)
+    assert params(SyncObjConsumer._serialize) == ["self"]
+    assert params(SyncObjConsumer._deserialize) == ["self", "data"]
+    assert "callback(oldState, newState)" in source(SyncObj._SyncObj__setState)
+
+
+# -- FileJournal ---------------------------------------------------------------------------------------
+
+def test_file_journal_members_we_override_exist():
+    FileJournal = pysyncobj.journal.FileJournal
+    assert params(FileJournal.add) == ["self", "command", "idx", "term"]
+    assert params(FileJournal.clear) == ["self"]
+    assert params(FileJournal.deleteEntriesFrom) == ["self", "entryFrom"]
+    assert params(FileJournal.deleteEntriesTo) == ["self", "entryTo"]
+    assert params(FileJournal.flush) == ["self"]
+    assert "self.__metaStorer = MetaStorer(journalFile + '.meta')" in source(FileJournal.__init__)
+    assert "self.__metaStorer.storeMeta(self.__meta)" in source(FileJournal.setCurrentTerm)
+    assert params(pysyncobj.journal.MetaStorer.storeMeta) == ["self", "meta"]
+    assert "self.__mm.flush()" in source(pysyncobj.journal.ResizableFile.flush)
+
+
+def test_journal_factory_install_replaces_the_module_global():
+    install_journal_factory()
+    assert pysyncobj.syncobj.createJournal is create_journal
+
+
+def test_group_transport_overrides_are_real_overrides():
+    for name in ("_connectIfNecessarySingle", "_onIncomingMessageReceived", "send", "_onTick"):
+        assert getattr(GroupTransport, name) is not getattr(TCPTransport, name), name
+        assert params(getattr(GroupTransport, name)) == params(getattr(TCPTransport, name)), name
+    for name in ("_TcpConnection__processSend", "_TcpConnection__processParseMessage", "send", "connect", "disconnect"):
+        assert getattr(FastTcpConnection, name) is not getattr(TcpConnection, name), name
+    assert issubclass(GroupCommitJournal, CompactionGuardedJournal)
+
+
+@pytest.mark.parametrize("name", ["_isLeader", "_getLeader", "forceLogCompaction", "destroy_synchronous", "waitBinded"])
+def test_syncobj_methods_we_call_exist(name):
+    assert callable(getattr(SyncObj, name))
