@@ -17,6 +17,7 @@ The full node (HTTP API) belongs to the API layer; this exists only to test quee
 from __future__ import annotations
 
 import argparse
+import base64
 import asyncio
 import json
 import os
@@ -64,7 +65,32 @@ def _state_views(state) -> dict:
 
 
 def _view(state, what: str):
+    if what.startswith("fetch:"):  # TenantState: every message of a queue's default partition
+        return state.fetch(what.split(":", 1)[1], "Default", 0, 100_000)
     return _state_views(state)[what]()
+
+
+def _from_json(value):
+    """JSON carries bytes as {"$bytes": base64}; commands hold real bytes (docs/commands.md)."""
+    if isinstance(value, dict):
+        if set(value) == {"$bytes"}:
+            return base64.b64decode(value["$bytes"])
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def _json_default(value):
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _json_response(body, status=200):
+    from aiohttp import web
+
+    return web.Response(text=json.dumps(body, default=_json_default), status=status, content_type="application/json")
 
 
 async def _serve(args) -> None:
@@ -103,12 +129,12 @@ async def _serve(args) -> None:
     group.start_tick_loop(loop)
 
     async def propose(request):
-        command = await request.json()
+        command = _from_json(await request.json())
         try:
             result = await group.propose(command)
         except GroupUnavailable as exc:
             return web.json_response({"reason": exc.reason, "retryAfter": exc.retry_after_s}, status=503)
-        return web.json_response({"result": result})
+        return _json_response({"result": result})
 
     async def read(request):
         what = (await request.json())["what"]
@@ -116,11 +142,11 @@ async def _serve(args) -> None:
             value = await group.read(lambda state: _view(state, what))
         except GroupUnavailable as exc:
             return web.json_response({"reason": exc.reason, "retryAfter": exc.retry_after_s}, status=503)
-        return web.json_response({"value": value})
+        return _json_response({"value": value})
 
     async def local(request):
         what = request.query["what"]
-        return web.json_response({"value": group.peek_local(lambda state: _view(state, what))})
+        return _json_response({"value": group.peek_local(lambda state: _view(state, what))})
 
     async def status(request):
         body = group.status()
@@ -187,11 +213,11 @@ class NodeUnavailable(Exception):
 
 
 def _http(method: str, url: str, body: dict | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
-    data = None if body is None else json.dumps(body).encode()
+    data = None if body is None else json.dumps(body, default=_json_default).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            return _from_json(json.loads(response.read()))
     except urllib.error.HTTPError as exc:
         if exc.code == 503:
             payload = json.loads(exc.read())
