@@ -12,9 +12,16 @@ import threading
 
 
 class ApplySignal:
+    """A generation count of applies, and a way to wait for it to move.
+
+    A waiter reads `generation` before it looks at the state and passes it to `wait`: an apply
+    that lands between the look and the wait is then seen at once instead of being lost.
+    """
+
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
+        self._generation = 0
         self._waiting = 0
         self._wake_scheduled = False
         self._lock = threading.Lock()
@@ -23,13 +30,16 @@ class ApplySignal:
         self._loop = loop
         self._event = asyncio.Event()
 
+    @property
+    def generation(self) -> int:
+        return self._generation
+
     def notify_threadsafe(self) -> None:
         """Called from any thread after entries were applied."""
-        loop = self._loop
-        if loop is None or self._waiting == 0:
-            return
         with self._lock:
-            if self._wake_scheduled:
+            self._generation += 1
+            loop = self._loop
+            if loop is None or self._waiting == 0 or self._wake_scheduled:
                 return
             self._wake_scheduled = True
         try:
@@ -44,16 +54,20 @@ class ApplySignal:
         if event is not None:
             event.set()
 
-    async def wait(self, timeout_s: float) -> bool:
-        """True when an apply happened during the wait, False on timeout."""
+    async def wait(self, timeout_s: float, seen_generation: int) -> bool:
+        """True when an apply happened since `seen_generation` was read, False on timeout."""
         if self._event is None:
             self.bind(asyncio.get_running_loop())
-        event = self._event
-        self._waiting += 1
+        with self._lock:
+            if self._generation != seen_generation:
+                return True
+            self._waiting += 1
+            event = self._event
         try:
             await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout_s))
             return True
         except asyncio.TimeoutError:
             return False
         finally:
-            self._waiting -= 1
+            with self._lock:
+                self._waiting -= 1

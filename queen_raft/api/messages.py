@@ -154,6 +154,7 @@ async def get_pop(request: web.Request) -> web.Response:
     signal = serving.apply_signals[tenant]
     deadline = time.monotonic() + (timeout_ms / 1000.0 if wait else 0.0)
     # The first check goes through the barrier: a pop right after an acknowledged push sees it.
+    seen = signal.generation
     ready = await read(serving, tenant, deliverable, UNAVAILABLE)
     while True:
         if ready:
@@ -164,7 +165,8 @@ async def get_pop(request: web.Request) -> web.Response:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
-        applied = await signal.wait(min(remaining, LONG_POLL_RECHECK_S))
+        applied = await signal.wait(min(remaining, LONG_POLL_RECHECK_S), seen)
+        seen = signal.generation
         if applied:
             ready = group.peek_local(deliverable)
         else:
