@@ -1,0 +1,97 @@
+"""Tokens and levels (SPEC.md section 7), the rate bucket, ids and payload codecs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from queen_raft.api.auth import ALLOWED_LEVELS, Access, authenticate, authorize
+from queen_raft.api.codec import PayloadDecodeError, decode_base64, json_value_to_bytes, payload_fields
+from queen_raft.api.errors import ApiError
+from queen_raft.api.ids import uuid7
+from queen_raft.api.rate_limit import TenantRateLimiter
+from test_api_fake_group import TOKENS, cluster_config
+
+
+def request_with(header: str | None):
+    headers = {} if header is None else {"Authorization": header}
+    return make_mocked_request("GET", "/", headers=headers)
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer ", "Basic acme-rw", "Bearer acme-rw-typo", "acme-rw"])
+def test_missing_or_unknown_token_is_401(header):
+    with pytest.raises(ApiError) as refused:
+        authenticate(cluster_config(), request_with(header))
+    assert (refused.value.status, refused.value.code) == (401, "unauthorized")
+
+
+def test_token_names_tenant_level_and_sub():
+    principal = authenticate(cluster_config(), request_with("Bearer globex-wo"))
+    assert (principal.tenant, principal.level) == ("globex", "write-only")
+    assert principal.sub and principal.sub != authenticate(cluster_config(), request_with("bearer globex-rw")).sub
+
+
+LEVEL_MATRIX = {
+    # level: (produce, read, consume, admin)
+    "admin": (True, True, True, True),
+    "read-write": (True, True, True, False),
+    "read-only": (False, True, False, False),
+    "write-only": (True, False, False, False),
+}
+
+
+@pytest.mark.parametrize("level", sorted(LEVEL_MATRIX))
+def test_level_matrix(level):
+    principal = authenticate(cluster_config(), request_with(f"Bearer {TOKENS['acme'][level]}"))
+    for access, allowed in zip((Access.PRODUCE, Access.READ, Access.CONSUME, Access.ADMIN), LEVEL_MATRIX[level]):
+        if allowed:
+            authorize(principal, access)
+        else:
+            with pytest.raises(ApiError) as refused:
+                authorize(principal, access)
+            assert (refused.value.status, refused.value.code) == (403, "forbidden")
+    assert all(level in ALLOWED_LEVELS[a] for a, ok in zip(Access, LEVEL_MATRIX[level]) if ok)
+
+
+def test_rate_bucket_refills_and_says_when():
+    now = [100.0]
+    limiter = TenantRateLimiter(rate_per_s=2.0, burst=2, monotonic=lambda: now[0])
+    assert limiter.take("acme") == 0.0 and limiter.take("acme") == 0.0
+    wait = limiter.take("acme")
+    assert wait == pytest.approx(0.5)
+    assert limiter.take("globex") == 0.0  # per tenant
+    now[0] += 0.5
+    assert limiter.take("acme") == 0.0
+    assert limiter.take("acme") > 0
+
+
+def test_rate_zero_disables_the_limit():
+    limiter = TenantRateLimiter(rate_per_s=0)
+    assert all(limiter.take("acme") == 0.0 for _ in range(10_000))
+
+
+def test_uuid7_layout_and_order():
+    first, second = uuid7(1_700_000_000_000), uuid7(1_700_000_000_001)
+    parsed = uuid.UUID(first)
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+    assert int(parsed.hex[:12], 16) == 1_700_000_000_000
+    assert first < second
+    assert len({uuid7(5) for _ in range(1000)}) == 1000
+
+
+def test_base64_is_strict():
+    assert decode_base64("eyJoaSI6MX0=") == b'{"hi":1}'
+    assert decode_base64("") == b""
+    for bad in ("eyJoaSI6MX0", "ey J", "é", 5, None):
+        with pytest.raises(PayloadDecodeError):
+            decode_base64(bad)
+
+
+def test_payload_fields_json_or_b64():
+    assert payload_fields(json_value_to_bytes({"a": "é"})) == {"payload": {"a": "é"}}
+    assert payload_fields(json_value_to_bytes(None)) == {"payload": None}
+    assert payload_fields(b"\xff\xfe") == {"payloadB64": "//4="}
+    assert payload_fields(b"not json") == {"payloadB64": "bm90IGpzb24="}
+    assert json_value_to_bytes({"a": 1}) == b'{"a":1}'
