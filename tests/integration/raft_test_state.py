@@ -35,6 +35,11 @@ class TimerLogState:
             due_at = self.clock + int(command["delayMs"])
             self.timers[command["key"]] = due_at
             return {"ok": True, "deliverAt": due_at}
+        if op == "timers":  # many timers due at the same instant, in one entry
+            due_at = self.clock + int(command["delayMs"])
+            for key in command["keys"]:
+                self.timers[key] = due_at
+            return {"ok": True, "deliverAt": due_at}
         if op == "tick":
             return self._tick(command.get("policy") or {})
         if op == "barrier":

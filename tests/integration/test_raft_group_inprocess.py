@@ -1,0 +1,220 @@
+"""TenantGroup in this process (real sockets on 127.0.0.1, real pysyncobj threads): the leader tick's
+timing rules, backpressure, failing fast, the handshake guard and the dial map.
+
+Groups are built on the main thread (pytest runs async tests on it), as pysyncobj requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import struct
+import time
+import zlib
+
+import pysyncobj.pickle
+import pytest
+
+from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
+from raft_test_state import TimerLogState
+
+pytestmark = pytest.mark.integration
+
+_PORTS = itertools.count(17500)
+# A lone node elects itself after one election timeout (0.2-0.6 s).
+SELF_ELECTION_WAIT_S = 5.0
+
+
+@pytest.fixture
+def groups(tmp_path):
+    made: list[TenantGroup] = []
+
+    def make(settings: RaftSettings, peers: list[str] | None = None, port: int | None = None, **kwargs) -> TenantGroup:
+        port = port or next(_PORTS)
+        addr = f"127.0.0.1:{port}"
+        group = TenantGroup(f"t{port}", addr, [addr] + (peers or []), str(tmp_path / str(port)), settings,
+                            TimerLogState, TimerLogState.restore, **kwargs)
+        made.append(group)
+        return group
+
+    yield make
+    for group in made:
+        group.destroy()
+
+
+async def started(group: TenantGroup) -> TenantGroup:
+    group.start_tick_loop(asyncio.get_running_loop())
+    deadline = time.monotonic() + SELF_ELECTION_WAIT_S
+    while not group.is_leader:
+        assert time.monotonic() < deadline, "the lone node never became leader"
+        await asyncio.sleep(0.01)
+    return group
+
+
+def record_ticks(group: TenantGroup) -> list[tuple[float, dict]]:
+    ticks: list[tuple[float, dict]] = []
+    loop = asyncio.get_running_loop()
+    group.on_tick_result = lambda result, lags: ticks.append((loop.time(), result))
+    return ticks
+
+
+async def wait_until(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_a_sparse_timer_fires_at_its_instant_not_on_a_grid(groups):
+    # With a 1 s cap, a loop that polled on a grid would fire up to ~900 ms late.
+    group = await started(groups(RaftSettings(tick_ms=1000)))
+    ticks = record_ticks(group)
+    await group.propose({"op": "timer", "key": "a", "delayMs": 100})
+    await wait_until(lambda: ticks, 2.0)
+    (_, result), = ticks
+    assert result["fired"] == 1
+    assert result["lagsMs"][0] < 100
+    await group.stop()
+
+
+async def test_an_earlier_timer_wakes_the_sleeping_tick(groups):
+    group = await started(groups(RaftSettings(tick_ms=5000)))
+    ticks = record_ticks(group)
+    await group.propose({"op": "timer", "key": "late", "delayMs": 3000})
+    await asyncio.sleep(0.05)  # the loop now sleeps toward "late", capped at 5 s
+    await group.propose({"op": "timer", "key": "early", "delayMs": 100})
+    await wait_until(lambda: ticks, 2.0)
+    (_, result), = ticks
+    assert result["fired"] == 1 and result["lagsMs"][0] < 200  # not ~2.9 s later with "late"
+    assert await group.read(lambda s: [f[0] for f in s.fired]) == ["early"]
+    await group.stop()
+
+
+async def test_more_due_goes_again_at_the_minimum_gap_not_the_cap(groups):
+    group = await started(groups(RaftSettings(tick_ms=1000, min_gap_ms=20, fire_batch=10)))
+    ticks = record_ticks(group)
+    await group.propose({"op": "timers", "keys": [f"k{i:02d}" for i in range(35)], "delayMs": 100})
+    await wait_until(lambda: sum(r["fired"] for _, r in ticks) == 35, 3.0)
+    assert [r["fired"] for _, r in ticks] == [10, 10, 10, 5]
+    assert [r["moreDue"] for _, r in ticks] == [True, True, True, False]
+    gaps = [b[0] - a[0] for a, b in zip(ticks, ticks[1:])]
+    # Each next tick is proposed >= 20 ms after the previous proposal; the spacing of results can
+    # shrink by commit jitter, so allow a few ms, but never the 1 s cap.
+    assert all(0.015 <= gap < 0.5 for gap in gaps), gaps
+    assert group.ticks_proposed == 4
+    await group.stop()
+
+
+async def test_tick_ms_zero_never_fires(groups):
+    group = await started(groups(RaftSettings(tick_ms=0)))
+    await group.propose({"op": "timer", "key": "a", "delayMs": 0})
+    await asyncio.sleep(0.3)
+    assert group.ticks_proposed == 0
+    assert await group.read(lambda s: s.fired) == []
+    await group.stop()
+
+
+async def test_a_raising_apply_does_not_wedge_the_group(groups):
+    group = await started(groups(RaftSettings()))
+    assert (await group.propose({"op": "boom"}))["error"] == "internal"
+    assert (await group.propose({"op": "set", "key": "k", "value": 1}))["ok"] is True
+    assert await group.read(lambda s: s.values) == {"k": 1}
+
+
+async def test_calls_beyond_the_in_flight_bound_are_refused_as_busy(groups):
+    group = await started(groups(RaftSettings(max_in_flight=2)))
+    outcomes = await asyncio.gather(
+        *[group.propose({"op": "set", "key": f"k{i}", "value": i}) for i in range(10)], return_exceptions=True
+    )
+    busy = [o for o in outcomes if isinstance(o, GroupUnavailable)]
+    committed = [o for o in outcomes if isinstance(o, dict)]
+    assert len(committed) == 2 and len(busy) == 8
+    assert all(o.reason == "busy" and o.retry_after_s > 0 for o in busy)
+    assert (await group.propose({"op": "set", "key": "after", "value": 1}))["ok"] is True
+
+
+async def test_without_a_leader_a_write_fails_fast_with_no_leader(groups):
+    # Two peers that do not exist: no quorum, no leader, ever.
+    group = groups(RaftSettings(), peers=["127.0.0.1:17598", "127.0.0.1:17599"])
+    started_at = time.monotonic()
+    with pytest.raises(GroupUnavailable) as caught:
+        await group.propose({"op": "set", "key": "k", "value": 1})
+    assert caught.value.reason == "no_leader" and caught.value.retry_after_s == 1.0
+    assert time.monotonic() - started_at < 0.5
+    assert group.status()["role"] in ("follower", "candidate") and group.status()["leader"] is None
+
+
+def test_a_non_loopback_address_without_password_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="password"):
+        TenantGroup("t", "10.1.2.3:17000", ["10.1.2.4:17000"], str(tmp_path), RaftSettings(),
+                    TimerLogState, TimerLogState.restore)
+
+
+async def test_an_inbound_connection_whose_first_message_is_not_an_address_is_dropped(groups):
+    group = await started(groups(RaftSettings()))
+    port = int(group.self_addr.rsplit(":", 1)[1])
+    frame = zlib.compress(pysyncobj.pickle.dumps({"type": "append_entries"}), 0)
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+        raw.sendall(struct.pack("i", len(frame)) + frame)
+        raw.settimeout(2)
+        assert raw.recv(1) == b"", "the guarded transport closes the connection"
+    assert group._transport.handshakes_refused == 1
+    assert (await group.propose({"op": "set", "key": "k", "value": 1}))["ok"] is True
+
+
+class CountingProxy:
+    """A TCP relay standing in for the fault harness's per-link proxy."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.bytes_relayed = 0
+        self.connections = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self, port: int) -> None:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", port)
+
+    async def _relay(self, reader, writer) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def pipe(src, dst):
+            try:
+                while data := await src.read(65536):
+                    self.bytes_relayed += len(data)
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        self.server.close()
+
+
+async def test_peers_dial_through_the_dial_map_and_keep_their_identity(groups):
+    low, mid, high = next(_PORTS), next(_PORTS), next(_PORTS)
+    addrs = [f"127.0.0.1:{p}" for p in (low, mid, high)]
+    proxy = CountingProxy(low)
+    await proxy.start(next(_PORTS))
+    via_proxy = {addrs[0]: f"127.0.0.1:{proxy.server.sockets[0].getsockname()[1]}"}
+    # Only the greater address dials, so mid and high reach low through the proxy.
+    members = [groups(RaftSettings(), peers=[a for a in addrs if a != addrs[i]], port=p, dial_map=via_proxy)
+               for i, p in enumerate((low, mid, high))]
+    loop = asyncio.get_running_loop()
+    for member in members:
+        member.start_tick_loop(loop)
+    await wait_until(lambda: any(m.is_leader for m in members) and all(m.leader_addr() for m in members), 5.0)
+    result = await members[0].propose({"op": "set", "key": "via", "value": "proxy"})
+    assert result["ok"] is True
+    for member in members:
+        assert await member.read(lambda s: s.values) == {"via": "proxy"}
+    assert proxy.connections == 2 and proxy.bytes_relayed > 0
+    assert {m.leader_addr() for m in members} <= set(addrs)  # identities are the configured addresses
+    for member in members:
+        await member.stop()
+    await proxy.close()
