@@ -21,9 +21,8 @@ Choices where SPEC.md is silent:
 - `dlq_replay` pushes the row's payload to its queue and partition with the command's `messageId`
   as both messageId and transactionId (the original txn would be a duplicate inside the dedup
   window), and the row's producerSub; the row is removed only when the push is `queued`.
-- Billing: a push item counts as one billed message when it is `queued` or `duplicate` (an item
-  refused with an error was not accepted). Every appended message (push, fire, replay) counts in
-  `pushed`.
+- Billing (counted in tenant.py): each push item is one billed message whatever its verdict.
+  Every appended message (push, fire, replay) counts in `pushed`.
 """
 
 from __future__ import annotations
@@ -130,16 +129,24 @@ class Broker:
     def push_message(self, queue_name: str, partition_name: str, txn: str, message_id: str,
                      payload: bytes, producer_sub: str | None, trace_id: str | None,
                      encrypted: bool, now: int) -> tuple[str, int | None, str, str | None]:
-        """The push path: `(status, offset, messageId, error)`; queue and partition created."""
+        """The push path: `(status, offset, messageId, error)`.
+
+        The dedup check comes first: a retried push that was accepted answers `duplicate` even if
+        the queue's limits changed since. The queue is created at once, the partition when the
+        first message is appended to it.
+        """
         queue = self.queue(queue_name)
-        partition = queue.partition(partition_name)
-        partition.prune(now, queue.retention_ms)
-        duplicate = partition.find_duplicate(txn, now)
-        if duplicate is not None:
-            return "duplicate", duplicate[0], duplicate[1], None
+        partition = queue.partitions.get(partition_name)
+        if partition is not None:
+            partition.prune(now, queue.retention_ms)
+            duplicate = partition.find_duplicate(txn, now)
+            if duplicate is not None:
+                return "duplicate", duplicate[0], duplicate[1], None
         error = queue.admit(len(payload))
         if error is not None:
             return "error", None, message_id, error
+        if partition is None:
+            partition = queue.partition(partition_name)
         offset = self.append(queue, partition, (txn, message_id, payload, now, producer_sub,
                                                 trace_id, encrypted))
         return "queued", offset, message_id, None

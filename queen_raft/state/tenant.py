@@ -160,7 +160,7 @@ class TenantState:
         producer_sub = command.get("producerSub")
         results = [self.broker.push_item(item, index, producer_sub, now)
                    for index, item in enumerate(items)]
-        self.billed += sum(result["status"] != "error" for result in results)
+        self.billed += len(items)
         return {"results": results}
 
     def _pop(self, command: dict, now: int) -> dict:
