@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration cluster bench clean
+.PHONY: venv test test-unit test-integration cluster cluster-status bench clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,16 @@ test-unit: venv
 
 test-integration: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+
+# Three nodes on 127.0.0.1 (HTTP 6632-6634): waits for every group's leader, prints URLs and tokens,
+# stops all three by PID on Ctrl-C. CLUSTER_CONFIG=cluster_configs/single.toml for one node.
+CLUSTER_CONFIG ?= cluster_configs/local-3.toml
+
+cluster: venv
+	$(BIN)/python -m queen_raft cluster up --config $(CLUSTER_CONFIG)
+
+cluster-status: venv
+	$(BIN)/python -m queen_raft cluster status --config $(CLUSTER_CONFIG)
 
 bench: venv
 	$(BIN)/python bench/state_bench.py

@@ -40,15 +40,19 @@ def fetch_health(url: str) -> tuple[int, dict | None]:
 
 
 def cluster_status_lines(config: ClusterConfig) -> list[str]:
-    lines = [f"{'node':<6} {'tenant':<16} {'role':<10} {'leader':<22} {'term':>6} {'commit':>8} {'applied':>8}"]
+    lines = [f"{'node':<6} {'tenant':<16} {'role':<10} {'leader':<28} {'term':>6} {'commit':>8} {'applied':>8}"]
+    # /health names a leader by its Raft address; say which node that is.
+    node_by_raft_addr = {n.raft_addr(t.index): n.id for n in config.nodes for t in config.tenants}
     for node in config.nodes:
         status, body = fetch_health(node.http_url)
         if body is None:
             lines.append(f"{node.id:<6} (no answer from {node.http_url})")
             continue
         for tenant, group in body.get("groups", {}).items():
+            leader = group.get("leader")
+            leader_text = f"{node_by_raft_addr.get(leader, '?')} ({leader})" if leader else "-"
             lines.append(
-                f"{node.id:<6} {tenant:<16} {str(group.get('role')):<10} {str(group.get('leader') or '-'):<22} "
+                f"{node.id:<6} {tenant:<16} {str(group.get('role')):<10} {leader_text:<28} "
                 f"{group.get('term')!s:>6} {group.get('commitIndex')!s:>8} {group.get('appliedIndex')!s:>8}"
             )
     return lines
