@@ -119,26 +119,34 @@ class TimerTable:
             del self.by_queue[queue]
             del self.keys[queue]
 
-    def upsert(self, queue: str, key: str, partition: str, delay_ms: int, txn: str,
+    def upsert(self, queue: str, key: str, partition: str, deliver_at: int, txn: str,
                message_id: str, payload: bytes, payload_zstd: bool, encrypted: bool,
                producer_sub: str | None, now: int) -> tuple[Timer, bool]:
         """Schedule or replace; returns the timer and whether one was replaced."""
         queue = _intern(queue)
-        deliver_at = now + delay_ms
         timers = self.by_queue.get(queue)
-        old = None if timers is None else timers.get(key)
-        timer = Timer((deliver_at, queue, key), _intern(partition), txn, message_id, payload,
-                      payload_zstd, encrypted, producer_sub, 0, None, deliver_at, now, now)
+        if timers is None:
+            timers = self.by_queue[queue] = {}
+            self.keys[queue] = SortedList()
+        old = timers.get(key)
         if old is None:
-            self.insert(timer)
+            due = (deliver_at, queue, key)
+            timer = timers[key] = Timer(due, _intern(partition), txn, message_id, payload,
+                                        payload_zstd, encrypted, producer_sub, 0, None,
+                                        deliver_at, now, now)
+            self.keys[queue].add(key)
+            self.due.add(due)
+            self.count += 1
             return timer, False
+        due = old.due
+        if due[0] != deliver_at:
+            self.due.remove(due)
+            due = (deliver_at, queue, due[2])
+            self.due.add(due)
         # A reschedule keeps createdAt: the key has been pending since then.
-        timer.created_at = old.created_at
-        timer.due = (deliver_at, queue, old.due[2])
-        timers[key] = timer
-        if old.due != timer.due:
-            self.due.remove(old.due)
-            self.due.add(timer.due)
+        timer = timers[key] = Timer(due, _intern(partition), txn, message_id, payload,
+                                    payload_zstd, encrypted, producer_sub, 0, None, deliver_at,
+                                    old.created_at, now)
         return timer, True
 
     def next_due_at(self) -> int | None:

@@ -1,0 +1,168 @@
+"""The state machine's figures (issue 2), measured in one process and printed as a table.
+
+    .venv/bin/python bench/state_bench.py                 # 1,000,000 timers
+    .venv/bin/python bench/state_bench.py --timers 100000 # a quick run
+    .venv/bin/python bench/state_bench.py --profile       # cProfile of schedule and fire
+
+What each row measures:
+- schedule ops/s: `timers` entries of 256 schedule ops each (ids shaped like the API's: a UUIDv7-like
+  messageId, a txn, a key), timing only `apply`; the commands are built outside the clock.
+- memory per pending timer: tracemalloc's traced bytes of a fresh state holding N timers, with the
+  commands dropped, divided by N; "beyond payload" subtracts each payload's bytes object
+  (`sys.getsizeof(payload)`, header included). It counts everything else the state keeps per
+  timer, including the key, txn and messageId strings the client sent.
+- snapshot / restore: `snapshot()` and `TenantState.restore()` of the N-timer state.
+- fires/s: one `tick` drains all N timers due at once with a large fireBatch, and again with the
+  default policy (256 per entry), each on a state restored from the snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from queen_raft.state import TenantState  # noqa: E402
+
+BATCH = 256
+PAYLOAD = b'{"order":12345,"action":"expire","note":"a sixty-four byte body."}'[:64]
+QUEUES = ("orders", "invoices", "reminders", "sessions")
+START_MS = 1_767_225_600_000
+# Spread deliverAt over a day so the due index is not a pre-sorted append.
+SPREAD_MS = 86_400_000
+LARGE_FIRE_BATCH = 1_000_000_000
+LARGE_FIRE_BYTES = 1 << 62
+
+
+def schedule_batches(count: int):
+    """Timers commands of BATCH ops; ids shaped like the ones the API mints."""
+    for start in range(0, count, BATCH):
+        ops = []
+        for i in range(start, min(start + BATCH, count)):
+            ops.append({
+                "op": "schedule", "queue": QUEUES[i % len(QUEUES)], "timerKey": f"tenant/{i:09d}",
+                "partition": "Default", "delayMs": 60_000 + (i * 7919) % SPREAD_MS,
+                "txn": f"txn-{i:012d}", "messageId": f"0193a1b2-c3d4-7e5f-8a6b-{i:012x}",
+                "payload": bytes(PAYLOAD), "payloadZstd": False, "encrypted": False,
+            })
+        yield {"op": "timers", "now": START_MS, "producerSub": "bench-producer",
+               "maxPending": None, "ops": ops}
+
+
+def fill(state: TenantState, count: int) -> float:
+    """Apply the schedules; returns the seconds spent inside `apply`."""
+    spent = 0.0
+    for command in schedule_batches(count):
+        began = time.perf_counter()
+        answer = state.apply(command)
+        spent += time.perf_counter() - began
+        assert "results" in answer, answer
+    return spent
+
+
+def drain(state: TenantState, fire_batch: int, fire_bytes: int) -> tuple[float, int, int]:
+    """Tick until nothing is due; returns (seconds in apply, timers fired, entries)."""
+    now = START_MS + SPREAD_MS + 120_000
+    policy = {"fireBatch": fire_batch, "fireMaxBytes": fire_bytes}
+    spent = 0.0
+    fired = entries = 0
+    while True:
+        began = time.perf_counter()
+        answer = state.apply({"op": "tick", "now": now, "policy": policy})
+        spent += time.perf_counter() - began
+        entries += 1
+        fired += answer["fired"]
+        assert answer["appended"] == answer["fired"], answer
+        if not answer["moreDue"]:
+            return spent, fired, entries
+
+
+def measure_memory(count: int) -> tuple[float, float]:
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    state = TenantState()
+    fill(state, count)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert state.counters()["pendingTimers"] == count
+    payload_bytes = sys.getsizeof(bytes(PAYLOAD)) * count
+    return used / count, (used - payload_bytes) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timers", type=int, default=1_000_000, help="pending timers (N)")
+    parser.add_argument("--profile", action="store_true", help="cProfile schedule and fire")
+    parser.add_argument("--skip-memory", action="store_true", help="skip the tracemalloc pass")
+    args = parser.parse_args()
+    count = args.timers
+
+    if args.profile:
+        state = TenantState()
+        profile = cProfile.Profile()
+        profile.enable()
+        fill(state, count)
+        drain(state, LARGE_FIRE_BATCH, LARGE_FIRE_BYTES)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        return
+
+    rows: list[tuple[str, str, str]] = []
+    state = TenantState()
+    spent = fill(state, count)
+    rows.append(("schedule ops/s (batches of 256)", f"{count / spent:,.0f}", ">= 100,000"))
+
+    if not args.skip_memory:
+        del state
+        gc.collect()
+        total, beyond = measure_memory(count)
+        rows.append(("memory per pending timer, total (B)", f"{total:,.0f}", ""))
+        rows.append(("memory per pending timer beyond payload (B)", f"{beyond:,.0f}", "<= 500"))
+        state = TenantState()
+        fill(state, count)
+
+    began = time.perf_counter()
+    snapshot = state.snapshot()
+    rows.append(("snapshot of N timers (s)", f"{time.perf_counter() - began:.2f}", "<= 5"))
+    rows.append(("snapshot size (MB)", f"{len(snapshot) / 1e6:.1f}", ""))
+    del state
+    gc.collect()
+
+    began = time.perf_counter()
+    restored = TenantState.restore(snapshot)
+    rows.append(("restore of N timers (s)", f"{time.perf_counter() - began:.2f}", "<= 5"))
+    rows.append(("restored snapshot identical", str(restored.snapshot() == snapshot), "True"))
+
+    spent, fired, entries = drain(restored, LARGE_FIRE_BATCH, LARGE_FIRE_BYTES)
+    assert fired == count
+    rows.append((f"fires/s through tick (fireBatch {LARGE_FIRE_BATCH:,}, {entries} entry)",
+                 f"{fired / spent:,.0f}", ">= 100,000"))
+    del restored
+    gc.collect()
+
+    restored = TenantState.restore(snapshot)
+    spent, fired, entries = drain(restored, 256, 4 * 1024 * 1024)
+    assert fired == count
+    rows.append((f"fires/s through tick (default 256, {entries:,} entries)",
+                 f"{fired / spent:,.0f}", ">= 100,000"))
+
+    title = f"state machine, N = {count:,} timers, payload {len(PAYLOAD)} B, Python {sys.version.split()[0]}"
+    widths = [max(len(row[i]) for row in rows + [("figure", "measured", "target")]) for i in range(3)]
+    print(title)
+    print(" | ".join(h.ljust(w) for h, w in zip(("figure", "measured", "target"), widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+
+
+if __name__ == "__main__":
+    main()
