@@ -90,20 +90,19 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self.dirty = True
 
     def clear(self):
+        # pysyncobj clears the journal in two places, both right after a snapshot file was renamed
+        # into place without fsync: compaction (deleteEntriesTo, after the forked child wrote it)
+        # and a snapshot installed from the leader (the received file). Make the snapshot durable
+        # before the journal forgets what it covers.
+        if self.full_dump_file and os.path.exists(self.full_dump_file):
+            fsync_path(self.full_dump_file)
+            fsync_directory_of(self.full_dump_file)
         super().clear()
         self.dirty = True
 
     def deleteEntriesFrom(self, entryFrom):
         super().deleteEntriesFrom(entryFrom)
         self.dirty = True
-
-    def deleteEntriesTo(self, entryTo):
-        # Compaction runs right after the forked child renamed the new snapshot into place, without
-        # fsync. Make the snapshot durable before the journal forgets what it covers.
-        if entryTo < len(self) and self.full_dump_file and os.path.exists(self.full_dump_file):
-            fsync_path(self.full_dump_file)
-            fsync_directory_of(self.full_dump_file)
-        super().deleteEntriesTo(entryTo)
 
     def flush_if_dirty(self) -> bool:
         if not self.dirty:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import asyncio
 import json
 import os
@@ -39,6 +40,8 @@ NODE_START_TIMEOUT_S = 15.0
 LEADER_WAIT_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.02
+# The fire lags a node keeps for /status: enough for a test's window, bounded for a long run.
+TICK_LAGS_KEPT = 10_000
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,7 +123,7 @@ async def _serve(args) -> None:
         args.tenant, args.self_addr, args.peers.split(","), args.data_dir, settings, factory, restore,
         dial_map=dial_map,
     )
-    tick_lags: list[int] = []
+    tick_lags: collections.deque[int] = collections.deque(maxlen=TICK_LAGS_KEPT)
     group.on_tick_result = lambda result, lags: tick_lags.extend(lags)
     group.on_leadership_change = lambda tenant, role, leader, term: print(
         f"leadership tenant={tenant} role={role} leader={leader} term={term}", flush=True
@@ -154,7 +157,7 @@ async def _serve(args) -> None:
             ticksProposed=group.ticks_proposed,
             barriersProposed=group.barriers_proposed,
             journalFlushes=group.journal_flushes,
-            tickLags=tick_lags[-1000:],
+            tickLags=list(tick_lags),
             pid=os.getpid(),
         )
         return web.json_response(body)

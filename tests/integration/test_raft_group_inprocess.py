@@ -218,3 +218,27 @@ async def test_peers_dial_through_the_dial_map_and_keep_their_identity(groups):
     for member in members:
         await member.stop()
     await proxy.close()
+
+
+async def test_a_password_protected_group_commits_and_refuses_a_peer_without_it(groups):
+    ports = [next(_PORTS) for _ in range(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    members = [groups(RaftSettings(password="s3cret"), peers=[a for a in addrs if a != addrs[i]], port=p)
+               for i, p in enumerate(ports)]
+    loop = asyncio.get_running_loop()
+    for member in members:
+        member.start_tick_loop(loop)
+    await wait_until(lambda: any(m.is_leader for m in members) and all(m.leader_addr() for m in members), 5.0)
+    follower = next(m for m in members if not m.is_leader)
+    assert (await follower.propose({"op": "set", "key": "k", "value": b"\x00bytes"}))["ok"] is True
+    for member in members:
+        assert await member.read(lambda s: s.values) == {"k": b"\x00bytes"}
+
+    # A raw peer without the key: its plain-pickle first frame does not decrypt, it is dropped.
+    frame = zlib.compress(pysyncobj.pickle.dumps(addrs[0]), 0)
+    with socket.create_connection(("127.0.0.1", ports[1]), timeout=2) as raw:
+        raw.sendall(struct.pack("i", len(frame)) + frame)
+        raw.settimeout(2)
+        assert raw.recv(1) == b""
+    for member in members:
+        await member.stop()
