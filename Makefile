@@ -38,3 +38,12 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Fault injection (jepsen/): the full campaign (every workload under each nemesis, several seeds;
+# about 25-35 min) and one mixed timers run of about a minute plus its final phase.
+.PHONY: jepsen jepsen-smoke
+jepsen: venv
+	$(BIN)/python -m jepsen campaign
+
+jepsen-smoke: venv
+	$(BIN)/python -m jepsen run --workload timers --nemesis mixed --seed 1 --duration 60

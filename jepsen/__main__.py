@@ -1,0 +1,47 @@
+"""`python -m jepsen run|campaign|recheck`: see jepsen/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jepsen.nemesis import NEMESES
+from jepsen.run import (CAMPAIGN_DURATION_S, STORE, RunOptions, print_summary, recheck, run_campaign,
+                        run_once)
+from jepsen.workloads import WORKLOAD_NAMES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jepsen", description="fault runs against real nodes")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="one run: a workload under a nemesis")
+    run.add_argument("--workload", choices=WORKLOAD_NAMES, default="timers")
+    run.add_argument("--nemesis", choices=sorted(NEMESES), default="mixed")
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--duration", type=float, default=60.0, help="seconds of operations before the final phase")
+    run.add_argument("--rate", type=float, default=20.0, help="client operations per second")
+    run.add_argument("--concurrency", type=int, default=6, help="logical client processes")
+    run.add_argument("--store", type=Path, default=STORE)
+    campaign = commands.add_parser("campaign", help="every workload under each nemesis, several seeds")
+    campaign.add_argument("--duration", type=float, default=CAMPAIGN_DURATION_S)
+    campaign.add_argument("--rate", type=float, default=20.0)
+    campaign.add_argument("--store", type=Path, default=STORE)
+    again = commands.add_parser("recheck", help="judge a stored run again from its files")
+    again.add_argument("run_dir", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        code, summary = run_once(RunOptions(args.workload, args.nemesis, args.seed, args.duration, args.rate,
+                                            args.concurrency, args.store))
+        print_summary(summary)
+        print(f"report: {args.store / summary['run'] / 'report.md'}")
+        return code
+    if args.command == "campaign":
+        return run_campaign(args.duration, args.rate, args.store)
+    code, summary = recheck(args.run_dir)
+    print_summary(summary)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

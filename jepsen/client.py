@@ -1,0 +1,105 @@
+"""HTTP calls to one node, each classified the way a checker must read it.
+
+- 2xx: `ok`, the body is the answer.
+- 4xx: `fail`, the node refused the call before proposing anything (SPEC.md's gates).
+- 503 `timers_disabled`: `fail` (the operator's pause gate, checked before any proposal).
+- any other 5xx, a timeout, a refused or dropped connection: `info`. A 503 `timers_unavailable` can
+  mean "not committed within the commit timeout", and such an entry may still commit later; a
+  connection error is `info` by the team's rule even when the request may never have left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from jepsen.history import FAIL, INFO, OK
+
+# Above the node's commit timeout (QUEEN_RAFT_COMMIT_TIMEOUT_MS, 5 s) so a slow commit comes back as
+# the node's own 503 rather than as our timeout; below it everything would be info for nothing.
+REQUEST_TIMEOUT_S = 8.0
+# 5xx error codes that are refusals made before any proposal: certainly not applied.
+DEFINITE_5XX_ERRORS = {"timers_disabled"}
+
+
+@dataclass
+class Outcome:
+    type: str  # ok | fail | info
+    status: int | None  # HTTP status, None when no answer came
+    body: Any  # parsed JSON, or {"error": ...} describing what went wrong
+
+    @property
+    def answer(self) -> dict:
+        return {"status": self.status, "body": self.body}
+
+
+def classify(status: int, body: Any) -> str:
+    if 200 <= status < 300:
+        return OK
+    if 400 <= status < 500:
+        return FAIL
+    if isinstance(body, dict) and body.get("error") in DEFINITE_5XX_ERRORS:
+        return FAIL
+    return INFO
+
+
+class NodeClient:
+    """Requests to one node with one tenant token; never raises for network trouble."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str,
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.session = session
+        self.base_url = base_url
+        self.token = token
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None) -> Outcome:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else self.timeout
+        try:
+            async with self.session.request(
+                method, self.base_url + path, json=body, headers=headers, timeout=timeout
+            ) as response:
+                raw = await response.read()
+                parsed: Any
+                try:
+                    parsed = json.loads(raw) if raw else None
+                except ValueError:
+                    parsed = {"error": "unparsable_body", "text": raw[:200].decode("utf-8", "replace")}
+                return Outcome(classify(response.status, parsed), response.status, parsed)
+        except asyncio.TimeoutError:
+            return Outcome(INFO, None, {"error": "timeout"})
+        except aiohttp.ClientError as error:
+            return Outcome(INFO, None, {"error": type(error).__name__, "message": str(error)[:200]})
+        except OSError as error:
+            return Outcome(INFO, None, {"error": "os_error", "message": str(error)[:200]})
+
+
+class HistoryClient:
+    """Makes calls on behalf of logical processes and writes each invocation and completion.
+
+    `normalize(outcome) -> (type, answer)` lets a workload keep the history compact (a pop keeps
+    the offsets and txns it got, not the payloads) and refine the type from the body (a 200 whose
+    per-item verdict is an error is a `fail` for that item).
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, history, urls: dict[str, str], token: str) -> None:
+        self.session = session
+        self.history = history
+        self.nodes = {node_id: NodeClient(session, url, token) for node_id, url in urls.items()}
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self.nodes)
+
+    async def call(self, process, node_id: str, f: str, value, method: str, path: str, body=None,
+                   normalize=None, timeout_s: float | None = None) -> tuple[str, Any]:
+        invocation = self.history.invoke(process, f, value, node_id)
+        outcome = await self.nodes[node_id].request(method, path, body, timeout_s)
+        type_, answer = (outcome.type, outcome.answer) if normalize is None else normalize(outcome)
+        self.history.complete(invocation, type_, answer)
+        return type_, answer

@@ -1,0 +1,390 @@
+"""Real node processes on 127.0.0.1, started from a TOML config written into the run directory.
+
+Everything here works from outside the service: it writes a config, starts `queen-raft node`
+processes, signals them by PID (never by name), and reads their `/health`. Each node dials its
+peers' Raft ports through the per-link proxies of `network.py`, so the nemesis can cut links.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jepsen.network import LinkNetwork
+
+HOST = "127.0.0.1"
+TENANT = "jepsen"
+TOKEN_READ_WRITE = "jepsen-rw"
+TOKEN_ADMIN = "jepsen-admin"
+
+# A graceful stop (SIGTERM) that takes longer than this is finished with SIGKILL.
+STOP_GRACE_S = 5.0
+# A started node must answer /health (any status) within this, or the start is reported as failed.
+START_ANSWER_TIMEOUT_S = 20.0
+# /health is polled this often while waiting for a leader; cheap, and fine-grained next to the
+# 0.2-0.6 s election timeout.
+HEALTH_POLL_S = 0.1
+# One /health request; a paused node never answers, so keep it short.
+HEALTH_REQUEST_TIMEOUT_S = 1.0
+# Settings every node of a test cluster runs with (SPEC.md section 6 names; QUEEN_* overrides).
+TEST_ENVIRONMENT = {"QUEEN_TEST_HOOKS": "1"}
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel says are free now; held open together so no two are the same."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port_block(size: int, attempts: int = 50) -> int:
+    """A base port with `size` consecutive free ports (tenant i's Raft port is raft_port + i)."""
+    for _ in range(attempts):
+        base = free_ports(1)[0]
+        if base + size >= 65535:
+            continue
+        held = []
+        try:
+            for port in range(base, base + size):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind((HOST, port))
+                held.append(sock)
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError(f"no block of {size} free ports found in {attempts} attempts")
+
+
+def _refused_dial_key(log_path: Path) -> bool:
+    try:
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
+    except OSError:
+        return False
+    return "dial" in tail and "unknown key" in tail
+
+
+def node_command() -> list[str]:
+    """The node's CLI, run by this interpreter so the venv that runs the harness runs the nodes."""
+    return [sys.executable, "-c", "import sys; from queen_raft.cli import main; sys.exit(main())"]
+
+
+@dataclass
+class NodeProcess:
+    """One node: its ports, its data, and the process currently running it (if any)."""
+
+    id: str
+    http_port: int
+    raft_port: int
+    log_path: Path
+    process: subprocess.Popen | None = None
+    paused: bool = False
+    clock_offset_ms: int = 0
+    starts: int = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def raft_address(self) -> str:
+        return f"{HOST}:{self.raft_port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class ClusterSpec:
+    node_ids: list[str] = field(default_factory=lambda: ["n1", "n2", "n3"])
+    settings: dict[str, object] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+class Cluster:
+    """Starts, kills, pauses and restarts the nodes of one run; owns the link proxies."""
+
+    def __init__(self, run_dir: Path, spec: ClusterSpec | None = None) -> None:
+        self.run_dir = run_dir
+        self.spec = spec or ClusterSpec()
+        self.config_path = run_dir / "cluster.toml"
+        self.data_dir = run_dir / "data"
+        self.log_dir = run_dir / "nodes"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.network = LinkNetwork(HOST)
+        http_ports = free_ports(len(self.spec.node_ids))
+        self.nodes: dict[str, NodeProcess] = {}
+        for node_id, http_port in zip(self.spec.node_ids, http_ports):
+            self.nodes[node_id] = NodeProcess(
+                id=node_id,
+                http_port=http_port,
+                raft_port=free_port_block(1),
+                log_path=self.log_dir / f"{node_id}.log",
+            )
+        # dial_maps[a][peer raft address] = the proxy address a dials instead.
+        self.dial_maps: dict[str, dict[str, str]] = {node_id: {} for node_id in self.nodes}
+        for dialer in self.nodes.values():
+            for target in self.nodes.values():
+                if dialer.id == target.id:
+                    continue
+                proxy_port = self.network.add_link(dialer.id, target.id, target.raft_port)
+                self.dial_maps[dialer.id][target.raft_address] = f"{HOST}:{proxy_port}"
+        # Whether the config carries the dial maps. A node whose config parser refuses them is run
+        # without (no partitions possible), and the run says so rather than faking a cut.
+        self.links_in_config = True
+        self.config_path.write_text(self.render_config(), encoding="utf-8")
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self.nodes)
+
+    def render_config(self) -> str:
+        """The cluster TOML (SPEC.md section 6) plus each node's dial map under `[nodes.dial]`."""
+        lines = [
+            "# Written by the fault harness for one run; not a dev config.",
+            "[cluster]",
+            f'name = "jepsen-{self.run_dir.name}"',
+            f"data_dir = {json.dumps(str(self.data_dir))}",
+            "",
+        ]
+        for node in self.nodes.values():
+            lines += [
+                "[[nodes]]",
+                f'id = "{node.id}"',
+                f'host = "{HOST}"',
+                f"http_port = {node.http_port}",
+                f"raft_port = {node.raft_port}",
+            ]
+            if self.links_in_config:
+                lines += ["# peer Raft address -> the per-link proxy this node dials instead", "[nodes.dial]"]
+                for peer_address, proxy_address in sorted(self.dial_maps[node.id].items()):
+                    lines.append(f'"{peer_address}" = "{proxy_address}"')
+            lines.append("")
+        lines += [
+            "[[tenants]]",
+            f'name = "{TENANT}"',
+            "[[tenants.tokens]]",
+            f'token = "{TOKEN_READ_WRITE}"',
+            'level = "read-write"',
+            "[[tenants.tokens]]",
+            f'token = "{TOKEN_ADMIN}"',
+            'level = "admin"',
+            "",
+            "[settings]",
+        ]
+        for key, value in sorted(self.spec.settings.items()):
+            lines.append(f"{key} = {json.dumps(value)}")
+        return "\n".join(lines) + "\n"
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def start(self, node_id: str, clock_offset_ms: int = 0) -> NodeProcess:
+        node = self.nodes[node_id]
+        if node.alive():
+            raise RuntimeError(f"{node_id} is already running (pid {node.pid})")
+        environment = dict(os.environ)
+        environment.update(TEST_ENVIRONMENT)
+        environment.update(self.spec.environment)
+        environment.pop("QUEEN_TEST_CLOCK_OFFSET_MS", None)
+        if clock_offset_ms:
+            environment["QUEEN_TEST_CLOCK_OFFSET_MS"] = str(clock_offset_ms)
+        node.starts += 1
+        with node.log_path.open("a", encoding="utf-8") as log:
+            log.write(
+                f"\n=== harness: start #{node.starts} of {node_id} at {time.time():.3f}"
+                f" clock_offset_ms={clock_offset_ms} ===\n"
+            )
+        log_handle = node.log_path.open("ab")
+        try:
+            node.process = subprocess.Popen(
+                node_command() + ["node", "--config", str(self.config_path), "--id", node_id],
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+                cwd=str(self.run_dir),
+                # Its own session: a Ctrl-C aimed at the harness must not kill nodes mid-fault;
+                # the harness stops them itself, by PID.
+                start_new_session=True,
+            )
+        finally:
+            log_handle.close()
+        node.paused = False
+        node.clock_offset_ms = clock_offset_ms
+        return node
+
+    def start_all(self) -> None:
+        for node_id in self.nodes:
+            if not self.nodes[node_id].alive():
+                self.start(node_id)
+
+    def boot(self, timeout_s: float) -> bool:
+        """First start of the cluster. When the nodes refuse the dial-map key of the config, start
+        them again without it and clear links_in_config, so partition faults are skipped and said so.
+        """
+        self.start_all()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            refused = [n for n in self.nodes.values() if not n.alive() and _refused_dial_key(n.log_path)]
+            if refused and self.links_in_config:
+                for node in self.nodes.values():
+                    self.kill(node.id)
+                self.links_in_config = False
+                self.config_path.write_text(self.render_config(), encoding="utf-8")
+                self.start_all()
+                continue
+            if all(n.alive() for n in self.nodes.values()) and self.wait_healthy(HEALTH_POLL_S * 5):
+                return True
+            if any(not n.alive() for n in self.nodes.values()) and not refused:
+                return False
+            time.sleep(HEALTH_POLL_S)
+        return False
+
+    def _signal(self, node: NodeProcess, signum: int) -> bool:
+        if node.process is None or node.process.poll() is not None:
+            return False
+        os.kill(node.process.pid, signum)
+        return True
+
+    def kill(self, node_id: str) -> bool:
+        """kill -9: no chance to flush anything; the data directory stays for the restart."""
+        node = self.nodes[node_id]
+        if not self._signal(node, signal.SIGKILL):
+            return False
+        node.process.wait()
+        node.paused = False
+        return True
+
+    def stop(self, node_id: str) -> bool:
+        """SIGTERM, then SIGKILL after STOP_GRACE_S. A paused node is resumed first so it can exit."""
+        node = self.nodes[node_id]
+        if node.process is None or node.process.poll() is not None:
+            return False
+        if node.paused:
+            self.resume(node_id)
+        os.kill(node.process.pid, signal.SIGTERM)
+        try:
+            node.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.kill(node.process.pid, signal.SIGKILL)
+            node.process.wait()
+        return True
+
+    def pause(self, node_id: str) -> bool:
+        node = self.nodes[node_id]
+        if not self._signal(node, signal.SIGSTOP):
+            return False
+        node.paused = True
+        return True
+
+    def resume(self, node_id: str) -> bool:
+        node = self.nodes[node_id]
+        if not self._signal(node, signal.SIGCONT):
+            return False
+        node.paused = False
+        return True
+
+    def restart(self, node_id: str, clock_offset_ms: int = 0, hard: bool = True) -> NodeProcess:
+        if hard:
+            self.kill(node_id)
+        else:
+            self.stop(node_id)
+        return self.start(node_id, clock_offset_ms)
+
+    def close(self) -> None:
+        """Ends every node this cluster started (by PID) and the proxies."""
+        for node in self.nodes.values():
+            if node.process is not None and node.process.poll() is None:
+                if node.paused:
+                    self._signal(node, signal.SIGCONT)
+                self._signal(node, signal.SIGKILL)
+                node.process.wait()
+        self.network.close()
+
+    # -- health ----------------------------------------------------------------------------------
+
+    def health(self, node_id: str) -> dict | None:
+        """The node's /health body (200 or 503), or None when it does not answer."""
+        node = self.nodes[node_id]
+        if not node.alive() or node.paused:
+            return None
+        request = urllib.request.Request(node.base_url + "/health")
+        try:
+            with urllib.request.urlopen(request, timeout=HEALTH_REQUEST_TIMEOUT_S) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            try:
+                return json.loads(error.read() or b"{}")
+            except ValueError:
+                return None
+        except (OSError, ValueError):
+            return None
+
+    def leader(self) -> str | None:
+        """The node that says it leads the tenant's group in the highest term, if any answers."""
+        best: tuple[int, str] | None = None
+        for node_id in self.nodes:
+            body = self.health(node_id)
+            group = ((body or {}).get("groups") or {}).get(TENANT) or {}
+            if group.get("role") == "leader":
+                term = int(group.get("term") or 0)
+                if best is None or term > best[0]:
+                    best = (term, node_id)
+        return best[1] if best else None
+
+    def wait_answering(self, node_id: str, timeout_s: float = START_ANSWER_TIMEOUT_S) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.health(node_id) is not None:
+                return True
+            if not self.nodes[node_id].alive():
+                return False
+            time.sleep(HEALTH_POLL_S)
+        return False
+
+    def wait_healthy(self, timeout_s: float) -> bool:
+        """True once every running node reports status healthy (every group has a leader)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            bodies = [self.health(node_id) for node_id, node in self.nodes.items() if node.alive()]
+            if bodies and all(body is not None and body.get("status") == "healthy" for body in bodies):
+                return True
+            time.sleep(HEALTH_POLL_S)
+        return False
+
+    def describe(self) -> dict:
+        return {
+            "config": str(self.config_path),
+            "nodes": {
+                node.id: {
+                    "http": node.base_url,
+                    "raft": node.raft_address,
+                    "pid": node.pid,
+                    "dial": self.dial_maps[node.id],
+                }
+                for node in self.nodes.values()
+            },
+        }

@@ -1,0 +1,274 @@
+"""Faults: what each one does to the cluster, how it is undone, and its record in the history.
+
+Each fault is started and stopped by the nemesis process, and both are written to the history as an
+invocation (`{fault, phase}`) and an `info` completion carrying what was actually done (which node
+was leader, which links were cut, which offsets were set). A window in the checkers spans from the
+start's invocation to the stop's completion.
+
+The random draws (which node, which offset, how long) come from the run's seeded plan; only the
+role-based targets ("the leader") are resolved when the fault starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from jepsen.cluster import Cluster
+from jepsen.history import NEMESIS_PROCESS, HistoryWriter
+from jepsen.network import bridge, grudge_links, isolate, majorities_ring, one_way
+
+KILL_FAULTS = ("kill-one", "kill-leader", "kill-all")
+PAUSE_FAULTS = ("pause-leader",)
+PARTITION_FAULTS = ("partition-one", "partition-leader", "partition-ring", "partition-bridge",
+                    "partition-leader-outbound")
+CLOCK_FAULTS = ("clock-skew",)
+NEMESES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "kill": KILL_FAULTS,
+    "pause": PAUSE_FAULTS,
+    "partition": PARTITION_FAULTS,
+    "clock": CLOCK_FAULTS,
+    "mixed": KILL_FAULTS + PAUSE_FAULTS + PARTITION_FAULTS + CLOCK_FAULTS,
+}
+
+# How long each fault stays in force (s). A pause must outlast the election timeout (0.2-0.6 s) and,
+# sometimes, the leader fallback (2.5 s), so the old leader wakes up deposed with a tick in flight.
+# Partitions outlast the fallback so an isolated leader steps down. A kill-all is short: the
+# restart itself takes a few seconds.
+FAULT_DURATION_S = {
+    "kill-one": (2.0, 6.0),
+    "kill-leader": (2.0, 6.0),
+    "kill-all": (1.0, 3.0),
+    "pause-leader": (1.5, 5.0),
+    "partition-one": (3.0, 8.0),
+    "partition-leader": (3.0, 8.0),
+    "partition-ring": (3.0, 8.0),
+    "partition-bridge": (3.0, 8.0),
+    "partition-leader-outbound": (3.0, 8.0),
+    "clock-skew": (5.0, 10.0),
+}
+# Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
+# that had a chance to recover, and the lateness checker has quiet periods to compare with.
+QUIET_S = (2.0, 5.0)
+# Clock jumps are +-2^k ms, k in this range (Jepsen's clock nemesis spans ms to minutes).
+SKEW_EXPONENTS = (2, 16)
+# A restarted node must answer /health within this before the next step of a fault goes on.
+RESTART_ANSWER_S = 20.0
+
+
+@dataclass
+class PlannedFault:
+    at_s: float
+    fault: str
+    duration_s: float
+    draws: dict[str, Any] = field(default_factory=dict)  # seeded choices: node index, offsets
+
+
+def plan_faults(rng: random.Random, nemesis: str, duration_s: float, node_count: int) -> list[PlannedFault]:
+    if nemesis not in NEMESES:
+        raise ValueError(f"unknown nemesis {nemesis!r}; one of {', '.join(NEMESES)}")
+    faults = NEMESES[nemesis]
+    planned: list[PlannedFault] = []
+    if not faults:
+        return planned
+    at = rng.uniform(*QUIET_S)
+    while True:
+        fault = rng.choice(faults)
+        length = rng.uniform(*FAULT_DURATION_S[fault])
+        if at + length >= duration_s:
+            return planned
+        draws = {
+            "node": rng.randrange(node_count),
+            "skews": [rng.choice((-1, 1)) * 2 ** rng.randint(*SKEW_EXPONENTS) for _ in range(node_count)],
+            "skew_others": [rng.random() < 0.5 for _ in range(node_count)],
+        }
+        planned.append(PlannedFault(round(at, 3), fault, round(length, 3), draws))
+        at += length + rng.uniform(*QUIET_S)
+
+
+class Nemesis:
+    """Runs planned faults against a cluster and records them; `heal_all` undoes everything."""
+
+    def __init__(self, cluster: Cluster, history: HistoryWriter) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.injected: list[dict] = []
+        self.max_forward_skew_ms = 0
+        self._killed: set[str] = set()
+        self._skewed: set[str] = set()
+        self._paused: set[str] = set()
+
+    # -- what the checkers and the final phase need to know ---------------------------------------
+
+    @property
+    def partitions_available(self) -> bool:
+        return self.cluster.links_in_config
+
+    # -- running -----------------------------------------------------------------------------------
+
+    async def run(self, planned: list[PlannedFault], started_mono: float, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        for fault in planned:
+            if not await _sleep_until(loop, started_mono + fault.at_s, stop):
+                return
+            done = await self._start(fault)
+            if not done:
+                continue
+            await _sleep_until(loop, started_mono + fault.at_s + fault.duration_s, stop)
+            await self._stop(fault)
+
+    async def record(self, fault: str, phase: str, action) -> dict:
+        invocation = self.history.invoke(NEMESIS_PROCESS, fault, {"fault": fault, "phase": phase})
+        try:
+            detail = await asyncio.to_thread(action)
+        except Exception as error:  # the harness must go on and heal; the failure is in the history
+            detail = {"error": f"{type(error).__name__}: {error}"}
+        value = {"fault": fault, "phase": phase}
+        value.update(detail)
+        self.history.complete(invocation, "info", answer=detail, value=value)
+        return detail
+
+    async def _start(self, fault: PlannedFault) -> bool:
+        if fault.fault.startswith("partition") and not self.partitions_available:
+            self.history.complete(self.history.invoke(NEMESIS_PROCESS, fault.fault,
+                                                      {"fault": fault.fault, "phase": "skipped"}),
+                                  "info", answer={"skipped": "the node config has no dial map; links cannot be cut"})
+            return False
+        detail = await self.record(fault.fault, "start", lambda: self._start_sync(fault))
+        self.injected.append({"fault": fault.fault, "at_s": fault.at_s, "duration_s": fault.duration_s,
+                              "detail": detail})
+        return True
+
+    async def _stop(self, fault: PlannedFault) -> dict:
+        return await self.record(fault.fault, "stop", lambda: self._stop_sync(fault))
+
+    def _target(self, draws: dict) -> str:
+        ids = self.cluster.node_ids
+        return ids[draws["node"] % len(ids)]
+
+    def _leader_or_drawn(self, draws: dict) -> tuple[str, str | None]:
+        leader = self.cluster.leader()
+        return (leader if leader is not None else self._target(draws)), leader
+
+    def _start_sync(self, fault: PlannedFault) -> dict:
+        kind, draws, ids = fault.fault, fault.draws, self.cluster.node_ids
+        if kind == "kill-one":
+            node = self._target(draws)
+            self.cluster.kill(node)
+            self._killed.add(node)
+            return {"nodes": [node]}
+        if kind == "kill-leader":
+            node, leader = self._leader_or_drawn(draws)
+            self.cluster.kill(node)
+            self._killed.add(node)
+            return {"nodes": [node], "leader": leader}
+        if kind == "kill-all":
+            for node in ids:
+                self.cluster.kill(node)
+                self._killed.add(node)
+            return {"nodes": ids}
+        if kind == "pause-leader":
+            node, leader = self._leader_or_drawn(draws)
+            self.cluster.pause(node)
+            self._paused.add(node)
+            return {"nodes": [node], "leader": leader}
+        if kind.startswith("partition"):
+            leader = None
+            if kind == "partition-one":
+                grudge = isolate(self._target(draws), ids)
+            elif kind == "partition-leader":
+                node, leader = self._leader_or_drawn(draws)
+                grudge = isolate(node, ids)
+            elif kind == "partition-ring":
+                grudge = majorities_ring(ids)
+            elif kind == "partition-bridge":
+                grudge = bridge(ids, self._target(draws))
+            else:  # partition-leader-outbound: nobody hears the leader; it still hears everyone
+                node, leader = self._leader_or_drawn(draws)
+                grudge = {}
+                for other in ids:
+                    if other != node:
+                        grudge.update(one_way(node, other))
+            links = grudge_links(grudge)
+            self.cluster.network.cut(links)
+            return {"grudge": {k: sorted(v) for k, v in grudge.items()}, "leader": leader,
+                    "cut": sorted(map(list, links))}
+        if kind == "clock-skew":
+            leader = self.cluster.leader()
+            offsets = {}
+            for position, node in enumerate(ids):
+                if node == leader or draws["skew_others"][position] or leader is None and position == draws["node"]:
+                    offsets[node] = int(draws["skews"][position])
+            for node, offset in offsets.items():
+                self._restart(node, offset)
+                self._skewed.add(node)
+                self.max_forward_skew_ms = max(self.max_forward_skew_ms, offset)
+            return {"leader": leader, "offsets": offsets}
+        raise ValueError(f"unknown fault {kind!r}")
+
+    def _restart(self, node: str, offset: int) -> None:
+        self.cluster.restart(node, clock_offset_ms=offset, hard=True)
+        self.cluster.wait_answering(node, RESTART_ANSWER_S)
+
+    def _stop_sync(self, fault: PlannedFault) -> dict:
+        kind = fault.fault
+        if kind.startswith("kill"):
+            restarted = sorted(self._killed)
+            for node in restarted:
+                self.cluster.start(node)
+            self._killed.clear()
+            return {"restarted": restarted}
+        if kind == "pause-leader":
+            resumed = sorted(self._paused)
+            for node in resumed:
+                self.cluster.resume(node)
+            self._paused.clear()
+            return {"resumed": resumed}
+        if kind.startswith("partition"):
+            closed = self.cluster.network.heal()
+            return {"healed": True, "tainted_connections_closed": closed}
+        if kind == "clock-skew":
+            reset = sorted(self._skewed)
+            for node in reset:
+                self._restart(node, 0)
+            self._skewed.clear()
+            return {"reset": reset}
+        raise ValueError(f"unknown fault {kind!r}")
+
+    def heal_all_sync(self) -> dict:
+        """Undo every fault: resume, heal links, restart the dead, unskew the skewed."""
+        resumed = [node for node in self.cluster.node_ids if self.cluster.nodes[node].paused]
+        for node in resumed:
+            self.cluster.resume(node)
+        closed = self.cluster.network.heal()
+        unskewed = [node for node in self.cluster.node_ids if self.cluster.nodes[node].clock_offset_ms]
+        for node in unskewed:
+            self.cluster.kill(node)
+        started = [node for node in self.cluster.node_ids if not self.cluster.nodes[node].alive()]
+        for node in started:
+            self.cluster.start(node)
+        self._killed.clear()
+        self._paused.clear()
+        self._skewed.clear()
+        return {"resumed": resumed, "tainted_connections_closed": closed, "unskewed": unskewed, "started": started}
+
+    async def heal_all(self) -> dict:
+        """Recorded as a fault window of its own: restarts and reconnections take time to settle."""
+        detail = await self.record("heal-all", "start", self.heal_all_sync)
+        await self.record("heal-all", "stop", lambda: {})
+        return detail
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, stop: asyncio.Event) -> bool:
+    """Sleeps until the loop's clock reaches deadline; False when stopped first."""
+    remaining = deadline - loop.time()
+    if remaining <= 0:
+        return not stop.is_set()
+    try:
+        await asyncio.wait_for(stop.wait(), remaining)
+        return False
+    except asyncio.TimeoutError:
+        return True

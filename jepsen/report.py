@@ -1,0 +1,185 @@
+"""What a run leaves behind: results.json for machines, report.md and timeline.png for people.
+
+The PNG needs matplotlib, which is not a project dependency yet; without it the report says so
+instead of drawing, and everything else is written the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from jepsen.checkers import overall_valid
+from jepsen.history import FAIL, INFO, INVOKE, NEMESIS_PROCESS, OK, Event, FaultWindow, Operation
+
+# Counterexamples printed per failing property in report.md (results.json keeps more).
+REPORT_COUNTEREXAMPLES = 3
+
+
+def verdict_word(valid: bool | None) -> str:
+    return {True: "pass", False: "FAIL", None: "unknown"}[valid]
+
+
+def write_results(run_dir: Path, summary: dict) -> Path:
+    path = run_dir / "results.json"
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def point_latest(store: Path, run_dir: Path) -> None:
+    """jepsen/store/latest -> the run directory (relative, so the store can move)."""
+    latest = store / "latest"
+    temporary = store / f".latest.{os.getpid()}"
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    temporary.symlink_to(run_dir.name)
+    os.replace(temporary, latest)
+
+
+def operation_table(operations: list[Operation]) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter] = defaultdict(Counter)
+    for op in operations:
+        if op.process == NEMESIS_PROCESS:
+            continue
+        table[op.f][op.type] += 1
+    return {f: {t: counts.get(t, 0) for t in (OK, FAIL, INFO)} for f, counts in sorted(table.items())}
+
+
+def fault_counts(events: list[Event]) -> dict[str, int]:
+    counts: Counter = Counter()
+    for event in events:
+        if event.process == NEMESIS_PROCESS and event.type == INVOKE and isinstance(event.value, dict) \
+                and event.value.get("phase") == "start":
+            counts[event.value.get("fault")] += 1
+    return dict(sorted(counts.items()))
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else (f"{value:.0f}" if isinstance(value, (int, float)) else str(value))
+
+
+def _property_note(name: str, prop: dict) -> str:
+    keep = {k: v for k, v in prop.items()
+            if k not in ("valid", "violations", "counterexamples", "fire_lag_ms", "visible_lag_ms", "note", "judged")
+            and not isinstance(v, (list, dict))}
+    return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def render_markdown(summary: dict, png_note: str) -> str:
+    lines = [
+        f"# Fault run {summary['run']}",
+        "",
+        f"- workload **{summary['workload']}**, nemesis **{summary['nemesis']}**, seed {summary['seed']}, "
+        f"duration {summary['duration_s']} s, rate {summary['rate']}/s",
+        f"- verdict: **{verdict_word(summary['valid'])}**",
+        f"- command: `{summary['command']}`",
+        "",
+        "## Properties",
+        "",
+        "| property | verdict | violations | figures |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, prop in summary["properties"].items():
+        judged = prop.get("judged", True)
+        verdict = verdict_word(prop.get("valid")) if judged else "reported"
+        lines.append(f"| {name} | {verdict} | {prop.get('violations', '-')} | {_property_note(name, prop)} |")
+    lateness = summary["properties"].get("lateness")
+    if lateness:
+        lines += ["", "## Lateness (ms)", "",
+                  "fire lag = the fire entry's createdAt - deliverAt (group clock); visible lag = first "
+                  "consumer sight - deliverAt (harness clock, includes the consumer's poll).", "",
+                  "| measure | period | count | p50 | p99 | max |", "| --- | --- | --- | --- | --- | --- |"]
+        for measure in ("fire_lag_ms", "visible_lag_ms"):
+            for period in ("quiet", "fault"):
+                figures = lateness[measure][period]
+                lines.append(f"| {measure} | {period} | {figures['count']} | {_figure(figures['p50'])} | "
+                             f"{_figure(figures['p99'])} | {_figure(figures['max'])} |")
+    floor = summary["properties"].get("floor_not_before_deliverAt")
+    if floor and floor.get("max_injected_skew_ms"):
+        lines += ["", "## Clock skew", "",
+                  f"- largest injected skew: {floor['max_injected_skew_ms']} ms",
+                  f"- early fires under skew: {floor['early_fires_under_skew']} "
+                  f"(all within the injected skew: {floor['early_within_injected_skew']})",
+                  f"- largest: `{json.dumps(floor['largest_early_fire_under_skew'])}`"]
+    lines += ["", "## Operations", "", "| f | ok | fail | info |", "| --- | --- | --- | --- |"]
+    for f, counts in summary["operations"].items():
+        lines.append(f"| {f} | {counts[OK]} | {counts[FAIL]} | {counts[INFO]} |")
+    lines += ["", "## Faults injected", ""]
+    if summary["faults"]:
+        lines += ["| fault | count |", "| --- | --- |"]
+        lines += [f"| {fault} | {count} |" for fault, count in summary["faults"].items()]
+    else:
+        lines.append("none")
+    failing = {name: prop for name, prop in summary["properties"].items() if prop.get("valid") is False}
+    if failing:
+        lines += ["", "## Counterexamples", ""]
+        for name, prop in failing.items():
+            lines += [f"### {name}", "", "```json"]
+            lines += [json.dumps(example, default=str)[:2000] for example in
+                      prop.get("counterexamples", [])[:REPORT_COUNTEREXAMPLES]]
+            lines += ["```", ""]
+    lines += ["", "## Notes", ""]
+    lines += [f"- {note}" for note in summary.get("notes", [])] or ["- none"]
+    lines += [f"- {png_note}", "", "Files: history.jsonl, results.json, plan.json, cluster.toml, nodes/*.log."]
+    return "\n".join(lines) + "\n"
+
+
+def draw_timeline(path: Path, operations: list[Operation], windows: list[FaultWindow], fires: list[tuple[int, int]],
+                  started_wall_ms: int) -> str:
+    """Operations by process over time and fire lag, fault windows shaded. Returns a note."""
+    try:
+        import matplotlib
+    except ImportError:
+        return ("timeline.png not drawn: matplotlib is not installed (add `matplotlib>=3.8` to the "
+                "project's test dependencies)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    colours = {OK: "tab:green", FAIL: "tab:red", INFO: "tab:orange"}
+    lanes: dict[Any, int] = {}
+    for op in operations:
+        if op.process == NEMESIS_PROCESS:
+            continue
+        lane = lanes.setdefault(op.process, len(lanes))
+        start = (op.invoke_wall_ms - started_wall_ms) / 1000.0
+        end = ((op.complete_wall_ms or op.invoke_wall_ms) - started_wall_ms) / 1000.0
+        top.plot([start, max(end, start + 0.01)], [lane, lane], color=colours.get(op.type, "grey"), linewidth=2)
+    top.set_ylabel("process (lane)")
+    top.set_title("operations (green ok, red fail, orange info); shaded: faults")
+    if fires:
+        bottom.scatter([(t - started_wall_ms) / 1000.0 for t, _ in fires], [lag for _, lag in fires], s=6)
+    bottom.set_ylabel("fire lag (ms)")
+    bottom.set_xlabel("seconds since start")
+    for window in windows:
+        start = (window.start_wall_ms - started_wall_ms) / 1000.0
+        end = ((window.end_wall_ms or window.start_wall_ms) - started_wall_ms) / 1000.0
+        for axis in (top, bottom):
+            axis.axvspan(start, max(end, start + 0.05), color="tab:red", alpha=0.12)
+        top.text(start, top.get_ylim()[1], window.fault, rotation=90, fontsize=7, va="top")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return "timeline.png drawn with matplotlib"
+
+
+def summarize(run: str, plan: dict, command: str, properties: dict, operations: list[Operation],
+              events: list[Event], notes: list[str]) -> dict:
+    return {
+        "run": run,
+        "workload": plan["workload"],
+        "nemesis": plan["nemesis"],
+        "seed": plan["seed"],
+        "duration_s": plan["duration_s"],
+        "rate": plan["rate"],
+        "command": command,
+        "valid": overall_valid(properties),
+        "operations": operation_table(operations),
+        "operation_count": sum(1 for op in operations if op.process != NEMESIS_PROCESS),
+        "faults": fault_counts(events),
+        "properties": properties,
+        "notes": notes,
+    }

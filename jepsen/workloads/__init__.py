@@ -1,0 +1,74 @@
+"""Workloads: what the clients do, what the final phase reads back, and which checkers judge it.
+
+A workload plans its operations from the run's seeded random source before the run starts, so the
+sequence of operations is reproducible from the seed; only the answers depend on the system.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jepsen.client import HistoryClient
+from jepsen.history import FaultWindow, Operation
+
+
+@dataclass
+class PlannedOp:
+    at_s: float  # offset from the start of the run
+    f: str
+    value: dict
+
+
+@dataclass
+class ConsumerSpec:
+    queue: str
+    group: str
+    count: int
+
+
+@dataclass
+class FinalReads:
+    """What the final phase read back: the partition logs (queue -> records) and notes."""
+
+    logs: dict[str, list[dict]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Workload(Protocol):
+    name: str
+    queues: list[str]
+
+    def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]: ...
+
+    def consumers(self) -> list[ConsumerSpec]: ...
+
+    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str: ...
+
+    def retry_on_info(self, op: PlannedOp) -> bool: ...
+
+    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int: ...
+
+    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads: ...
+
+    def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict: ...
+
+
+def log_complete(final: FinalReads) -> bool:
+    """False when the final phase could not read some partition back whole."""
+    return not any(note.startswith(tuple(f"{queue}:" for queue in final.logs)) for note in final.notes)
+
+
+def make_workload(name: str) -> Workload:
+    from jepsen.workloads.dedup import DedupWorkload
+    from jepsen.workloads.queue import QueueWorkload
+    from jepsen.workloads.timers import TimersWorkload
+
+    workloads = {"timers": TimersWorkload, "queue": QueueWorkload, "dedup": DedupWorkload}
+    if name not in workloads:
+        raise ValueError(f"unknown workload {name!r}; one of {', '.join(workloads)}")
+    return workloads[name]()
+
+
+WORKLOAD_NAMES = ("timers", "queue", "dedup")

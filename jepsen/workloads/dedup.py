@@ -1,0 +1,69 @@
+"""The dedup workload: each txn is pushed again and again over several seconds, across failovers.
+
+The partition must hold each txn exactly once when any push of it was acknowledged (at most once
+otherwise), and every acknowledged push of one txn must name the same offset.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from jepsen.checkers import check_pushes
+from jepsen.client import HistoryClient
+from jepsen.history import FaultWindow, Operation
+from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
+from jepsen.workloads.messages import fetch_log, push
+
+QUEUE = "jd"
+# Each txn is pushed about this many times, spread over ACTIVE_WINDOW_S, so its pushes straddle
+# faults (a nemesis acts every few seconds).
+PUSHES_PER_TXN = 6
+ACTIVE_WINDOW_S = 10.0
+FINAL_MARGIN_MS = 3000
+
+
+class DedupWorkload:
+    name = "dedup"
+    queues = [QUEUE]
+
+    def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]:
+        ops: list[PlannedOp] = []
+        txns_per_s = rate / PUSHES_PER_TXN
+        at = 0.0
+        while True:
+            at += rng.expovariate(rate)
+            if at >= duration_s:
+                return ops
+            # The txns "alive" at time `at` were introduced during the last ACTIVE_WINDOW_S.
+            newest = int(at * txns_per_s)
+            oldest = max(0, int((at - ACTIVE_WINDOW_S) * txns_per_s))
+            ops.append(PlannedOp(at, "push", {"txn": f"d-{rng.randint(oldest, newest)}"}))
+
+    def consumers(self) -> list[ConsumerSpec]:
+        return []
+
+    async def setup(self, client: HistoryClient, process: Any) -> list[str]:
+        return []
+
+    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
+        return await push(client, process, node, QUEUE, op.value["txn"], {"txn": op.value["txn"]})
+
+    def retry_on_info(self, op: PlannedOp) -> bool:
+        return False
+
+    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int:
+        last = max((op.complete_wall_ms or op.invoke_wall_ms for op in operations), default=0)
+        return last + FINAL_MARGIN_MS
+
+    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
+        final = FinalReads()
+        records, problem = await fetch_log(client, process, QUEUE)
+        final.logs[QUEUE] = records
+        if problem:
+            final.notes.append(f"{QUEUE}: {problem}")
+        return final
+
+    def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
+        return check_pushes(operations, final.logs.get(QUEUE, []), QUEUE, exactly_once_when_acked=True,
+                            log_complete=_log_complete(final))

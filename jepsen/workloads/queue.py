@@ -1,0 +1,68 @@
+"""The queue workload: pushes with a txn each (retried with the same txn after `info`), and two
+consumer groups popping and acking the same partition.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from jepsen.checkers import check_pushes, check_queue_consumption
+from jepsen.client import HistoryClient
+from jepsen.history import Operation, FaultWindow
+from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
+from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, fetch_log, push
+
+QUEUE = "jq"
+GROUPS = ("ga", "gb")
+CONSUMERS_PER_GROUP = 2
+# A push whose outcome is unknown is sent again with the same txn (dedup makes that safe) at most
+# this many times, so one stuck txn cannot eat the whole run.
+MAX_PUSH_RETRIES = 3
+# Pushes are small and immediate; nothing waits past the last one but the commit.
+FINAL_MARGIN_MS = 3000
+
+
+class QueueWorkload:
+    name = "queue"
+    queues = [QUEUE]
+
+    def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]:
+        ops: list[PlannedOp] = []
+        at = 0.0
+        while True:
+            at += rng.expovariate(rate)
+            if at >= duration_s:
+                return ops
+            ops.append(PlannedOp(at, "push", {"txn": f"q-{len(ops)}", "retries": MAX_PUSH_RETRIES}))
+
+    def consumers(self) -> list[ConsumerSpec]:
+        return [ConsumerSpec(QUEUE, group, CONSUMERS_PER_GROUP) for group in GROUPS]
+
+    async def setup(self, client: HistoryClient, process: Any) -> list[str]:
+        ok = await configure_queue(client, process, QUEUE, {"leaseTime": CONSUMER_LEASE_TIME_S})
+        return [] if ok else [f"could not configure {QUEUE}; lost acks block a group for the default lease"]
+
+    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
+        return await push(client, process, node, QUEUE, op.value["txn"], {"txn": op.value["txn"]})
+
+    def retry_on_info(self, op: PlannedOp) -> bool:
+        return True
+
+    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int:
+        last = max((op.complete_wall_ms or op.invoke_wall_ms for op in operations), default=0)
+        return last + FINAL_MARGIN_MS
+
+    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
+        final = FinalReads()
+        records, problem = await fetch_log(client, process, QUEUE)
+        final.logs[QUEUE] = records
+        if problem:
+            final.notes.append(f"{QUEUE}: {problem}")
+        return final
+
+    def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
+        log = final.logs.get(QUEUE, [])
+        results = check_pushes(operations, log, QUEUE, log_complete=_log_complete(final))
+        results.update(check_queue_consumption(operations, log, QUEUE))
+        return results

@@ -1,0 +1,170 @@
+"""The timers workload: random schedule / reschedule / cancel / peek on a few keys, consumers popping.
+
+Keys are `t<k>`; each schedule of key k mints txn `t<k>-<version>`, so every txn names exactly one
+schedule call and one key. Cancels go to the DELETE route without `?txn=`, so an acknowledged
+cancel names the txn it removed. Consumers pop and ack the destination queue throughout, which is
+how the checker sees *when* a fire became visible.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from typing import Any
+
+from jepsen.checkers import check_queue_consumption, check_timers
+from jepsen.client import HistoryClient, Outcome
+from jepsen.history import FAIL, OK, FaultWindow, Operation
+from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
+from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, fetch_log
+
+QUEUE = "jt"
+CONSUMER_GROUP = "timers-consumers"
+CONSUMERS = 2
+# Few keys, so operations on one key overlap and race (cancel against fire, reschedule against
+# fire); enough keys that the per-key linearizability search stays small.
+KEY_COUNT = 12
+MAX_DELAY_MS = 3000
+# The mix of a timers run: schedules dominate so timers are pending most of the time.
+OP_WEIGHTS = {"schedule": 5, "cancel": 2, "peek": 3}
+# The final phase waits this long past the last instant a timer could be due, to cover the tick
+# period, one election and the commit of the fire.
+FINAL_MARGIN_MS = 5000
+# Final peeks per key: retried while the cluster answers 503, each a recorded operation.
+FINAL_PEEK_ATTEMPTS = 10
+
+
+def _first_result(outcome: Outcome) -> dict:
+    body = outcome.body
+    results = body.get("results") if isinstance(body, dict) else body
+    return results[0] if isinstance(results, list) and results and isinstance(results[0], dict) else {}
+
+
+def normalize_schedule(outcome: Outcome) -> tuple[str, dict]:
+    if outcome.type != OK:
+        return outcome.type, outcome.answer
+    result = _first_result(outcome)
+    if result.get("status") not in ("scheduled", "rescheduled"):
+        return FAIL, {"status": outcome.status, "result": result}
+    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in
+                                                      ("ok", "status", "txn", "messageId", "deliverAt")}}
+
+
+def normalize_cancel(outcome: Outcome) -> tuple[str, dict]:
+    if outcome.type != OK:
+        return outcome.type, outcome.answer
+    body = outcome.body if isinstance(outcome.body, dict) else {}
+    result = body if "status" in body else _first_result(outcome)
+    if result.get("status") not in ("cancelled", "absent"):
+        return FAIL, {"status": outcome.status, "result": result}
+    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in ("ok", "status", "txn")}}
+
+
+def normalize_peek(outcome: Outcome) -> tuple[str, dict]:
+    if outcome.type != OK:
+        return outcome.type, outcome.answer
+    body = outcome.body if isinstance(outcome.body, dict) else {}
+    return OK, {"status": outcome.status, "result": {k: body.get(k) for k in
+                                                      ("found", "txn", "deliverAt", "messageId", "attempts")}}
+
+
+class TimersWorkload:
+    name = "timers"
+    queues = [QUEUE]
+
+    def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]:
+        versions = [0] * KEY_COUNT
+        ops: list[PlannedOp] = []
+        kinds = list(OP_WEIGHTS)
+        weights = [OP_WEIGHTS[k] for k in kinds]
+        at = 0.0
+        while True:
+            at += rng.expovariate(rate)
+            if at >= duration_s:
+                return ops
+            k = rng.randrange(KEY_COUNT)
+            kind = rng.choices(kinds, weights)[0]
+            key = f"t{k}"
+            if kind == "schedule":
+                versions[k] += 1
+                ops.append(PlannedOp(at, "schedule", {
+                    "key": key,
+                    "txn": f"{key}-{versions[k]}",
+                    "delayMs": rng.randint(0, MAX_DELAY_MS),
+                    # schedule and reschedule are the same upsert; both words are sent.
+                    "op": rng.choice(("schedule", "reschedule")),
+                }))
+            else:
+                ops.append(PlannedOp(at, kind, {"key": key}))
+
+    def consumers(self) -> list[ConsumerSpec]:
+        return [ConsumerSpec(QUEUE, CONSUMER_GROUP, CONSUMERS)]
+
+    async def setup(self, client: HistoryClient, process: Any) -> list[str]:
+        ok = await configure_queue(client, process, QUEUE, {"leaseTime": CONSUMER_LEASE_TIME_S})
+        return [] if ok else [f"could not configure {QUEUE} (leaseTime {CONSUMER_LEASE_TIME_S} s); "
+                              "a lost ack blocks the consumer group until the default lease expires"]
+
+    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
+        value = op.value
+        key = value["key"]
+        if op.f == "schedule":
+            payload = base64.b64encode(json.dumps({"txn": value["txn"]}).encode()).decode()
+            body = {"operations": [{"op": value["op"], "queue": QUEUE, "timerKey": key,
+                                    "delayMs": value["delayMs"], "txn": value["txn"], "payload": payload}]}
+            type_, _ = await client.call(process, node, "schedule", value, "POST", "/api/v1/timers", body,
+                                         normalize_schedule)
+        elif op.f == "cancel":
+            type_, _ = await client.call(process, node, "cancel", value, "DELETE",
+                                         f"/api/v1/timers/{QUEUE}/{key}", None, normalize_cancel)
+        else:
+            type_, _ = await client.call(process, node, "peek", value, "GET",
+                                         f"/api/v1/timers/{QUEUE}/{key}", None, normalize_peek)
+        return type_
+
+    def retry_on_info(self, op: PlannedOp) -> bool:
+        return False
+
+    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int:
+        """The last instant (harness wall clock) any possibly-applied schedule could be due.
+
+        A known deliverAt is on the group clock, which runs at most max_forward_skew_ms ahead of
+        ours; an info schedule's entry was stamped before its completion (or, never completed, by
+        now), so its deliverAt is at most that stamp + the forward skew + its delay.
+        """
+        deadline = 0
+        for op in operations:
+            if op.f != "schedule" or op.type == FAIL:
+                continue
+            result = (op.answer or {}).get("result") or {}
+            if op.type == OK and isinstance(result.get("deliverAt"), int):
+                deadline = max(deadline, result["deliverAt"])
+            else:
+                stamped_by = op.complete_wall_ms if op.complete_wall_ms is not None else op.invoke_wall_ms
+                deadline = max(deadline, stamped_by + max_forward_skew_ms + int(op.value["delayMs"]))
+        return deadline + FINAL_MARGIN_MS if deadline else 0
+
+    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
+        final = FinalReads()
+        for k in range(KEY_COUNT):
+            key = f"t{k}"
+            for attempt in range(FINAL_PEEK_ATTEMPTS):
+                target = client.node_ids[(attempt + k) % len(client.node_ids)]
+                type_, _ = await client.call(process, target, "peek", {"key": key, "final": True}, "GET",
+                                             f"/api/v1/timers/{QUEUE}/{key}", None, normalize_peek)
+                if type_ == OK:
+                    break
+            else:
+                final.notes.append(f"final peek of {key} never answered")
+        records, problem = await fetch_log(client, process, QUEUE)
+        final.logs[QUEUE] = records
+        if problem:
+            final.notes.append(f"{QUEUE}: {problem}")
+        return final
+
+    def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
+        results = check_timers(operations, final.logs.get(QUEUE, []), windows, QUEUE,
+                               log_complete=_log_complete(final))
+        results.update(check_queue_consumption(operations, final.logs.get(QUEUE, []), QUEUE))
+        return results
