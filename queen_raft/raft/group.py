@@ -12,6 +12,7 @@ this class that is async runs on the asyncio loop thread. The two meet in three 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import ipaddress
 import logging
@@ -50,6 +51,12 @@ RETRY_AFTER_NO_LEADER_S = 1.0
 RETRY_AFTER_TIMEOUT_S = 1.0
 RETRY_AFTER_LEADER_CHANGED_S = 0.5
 RETRY_AFTER_BUSY_S = 0.5
+
+# A tick that has not committed in this long is abandoned and the loop looks at leadership again
+# (a deposed leader keeps proposing until leaderFallbackTimeout; a healthy tick commits in ~1 ms).
+# An abandoned tick may still commit later; that is harmless: a fire deletes its timer in the same
+# entry, so the next tick fires only what is still due.
+TICK_COMMIT_TIMEOUT_S = 1.0
 
 # A follower's tick loop (or a leader's with tick_ms=0) still wakes this often to notice a new
 # leader elsewhere (pysyncobj only reports this node's own role changes) and report it.
@@ -101,6 +108,35 @@ def _settle(future: asyncio.Future, result: Any, error: int) -> None:
         future.set_result((result, error))
 
 
+class ResultHandoff:
+    """Hands results from pysyncobj's tick thread to the loop, one loop wake-up per batch.
+
+    call_soon_threadsafe writes to the loop's self-pipe; under load one write per result costs a
+    syscall each, so results queue here and a single scheduled drain settles all that arrived.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: collections.deque = collections.deque()
+        self._drain_scheduled = False
+
+    def put(self, future: asyncio.Future, result: Any, error: int) -> None:  # tick thread
+        self._pending.append((future, result, error))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # loop closed: the node is stopping
+                pass
+
+    def _drain(self) -> None:  # loop thread
+        # Reset first: a result appended after this line schedules its own drain.
+        self._drain_scheduled = False
+        pending = self._pending
+        while pending:
+            _settle(*pending.popleft())
+
+
 class TenantGroup:
     """One tenant's group on this node. Construct on the main thread: pysyncobj's tick thread stops
     when the thread that constructed it exits."""
@@ -141,6 +177,7 @@ class TenantGroup:
         self.on_leadership_change: Callable[[str, str, str | None, int], None] | None = None
 
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._handoff: ResultHandoff | None = None
         self._wake: asyncio.Event | None = None
         self._tick_task: asyncio.Task | None = None
         # The tick loop sleeps until this instant (ms); an apply that makes a timer due earlier
@@ -252,6 +289,7 @@ class TenantGroup:
         if self._loop is None:
             self._loop = loop
             self._wake = asyncio.Event()
+            self._handoff = ResultHandoff(loop)
         elif self._loop is not loop:
             raise RuntimeError(f"group {self.tenant!r} is bound to another event loop")
 
@@ -260,6 +298,9 @@ class TenantGroup:
 
         Stamps command["now"] with this node's clock when absent (the group clock, SPEC.md 1).
         """
+        return await self._propose(command, self.settings.commit_timeout_ms / 1000)
+
+    async def _propose(self, command: dict, timeout_s: float) -> dict:
         loop = asyncio.get_running_loop()
         self._bind_loop(loop)
         if "now" not in command:
@@ -272,20 +313,15 @@ class TenantGroup:
         if self._syncobj._getLeader() is None:
             raise GroupUnavailable("no_leader")
         future = loop.create_future()
-
-        def on_result(result, error):  # tick thread
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:  # loop closed
-                pass
+        handoff = self._handoff
 
         self._in_flight += 1
         try:
-            self._consumer.apply(entry, callback=on_result)
+            self._consumer.apply(entry, callback=lambda result, error: handoff.put(future, result, error))
             try:
-                result, error = await asyncio.wait_for(future, self.settings.commit_timeout_ms / 1000)
+                result, error = await asyncio.wait_for(future, timeout_s)
             except asyncio.TimeoutError:
-                raise GroupUnavailable("timeout", detail=f"no commit within {self.settings.commit_timeout_ms} ms") from None
+                raise GroupUnavailable("timeout", detail=f"no commit within {timeout_s * 1000:.0f} ms") from None
         finally:
             self._in_flight -= 1
         if error != FAIL_REASON.SUCCESS:
@@ -405,7 +441,10 @@ class TenantGroup:
                 last_tick_at = loop.time()
                 try:
                     self.ticks_proposed += 1
-                    result = await self.propose({"op": "tick", "policy": settings.tick_policy})
+                    result = await self._propose(
+                        {"op": "tick", "policy": settings.tick_policy},
+                        min(TICK_COMMIT_TIMEOUT_S, settings.commit_timeout_ms / 1000),
+                    )
                 except GroupUnavailable as exc:
                     log.info("group %s: tick not committed: %s", self.tenant, exc)
                     more_due = False
