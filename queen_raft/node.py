@@ -15,6 +15,7 @@ from aiohttp import web
 
 from queen_raft.api.app import create_app
 from queen_raft.api.apply_signal import ApplySignal
+from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
@@ -110,6 +111,7 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
         apply_signals=signals,
         metrics=metrics,
         timer_rate=TenantRateLimiter(config.settings.timers_rate, config.settings.timers_rate_burst),
+        cipher=PayloadCipher(config.settings.encryption_key) if config.settings.encryption_key else None,
     )
     return NodeProcess(config=config, node=node, groups=groups, serving=serving)
 

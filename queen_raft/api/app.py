@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from queen_raft.api import health, messages, metrics, timers
+from queen_raft.api import admin, health, messages, metrics, queues, timers
 from queen_raft.api.errors import ApiError, error_response
 from queen_raft.api.serving import SERVING_KEY, ServingNode
 
@@ -53,6 +53,8 @@ def create_app(serving: ServingNode) -> web.Application:
     app[SERVING_KEY] = serving
     timers.add_routes(app)
     messages.add_routes(app)
+    queues.add_routes(app)
+    admin.add_routes(app)
     health.add_routes(app)
     app.router.add_get("/metrics", metrics.get_metrics)
     return app

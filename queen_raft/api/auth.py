@@ -17,13 +17,15 @@ class Access(Enum):
     PRODUCE = "produce"  # push, schedule: write-only may do it (a timer is a produce)
     READ = "read"  # peek, list, fetch: no state change
     CONSUME = "consume"  # pop, ack, cancel: reads and changes state
-    ADMIN = "admin"
+    CONFIGURE = "configure"  # queue options
+    ADMIN = "admin"  # operator switches (pause scheduling)
 
 
 ALLOWED_LEVELS: dict[Access, frozenset[str]] = {
     Access.PRODUCE: frozenset({"admin", "read-write", "write-only"}),
     Access.READ: frozenset({"admin", "read-write", "read-only"}),
     Access.CONSUME: frozenset({"admin", "read-write"}),
+    Access.CONFIGURE: frozenset({"admin", "read-write"}),
     Access.ADMIN: frozenset({"admin"}),
 }
 

@@ -8,7 +8,8 @@ from typing import Any
 from aiohttp import web
 
 from queen_raft.api.auth import Access, require
-from queen_raft.api.codec import PayloadDecodeError, decode_base64, json_value_to_bytes, payload_fields
+from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64, json_value_to_bytes, payload_fields
+from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id
@@ -51,11 +52,22 @@ def _optional_string(raw: dict, name: str, where: str, default: str | None = Non
     return value
 
 
-def wire_message(message: dict) -> dict:
-    """A message or record as the client sees it: payload decoded JSON or payloadB64."""
+def wire_message(message: dict, cipher: PayloadCipher | None) -> dict:
+    """A message or record as the client sees it: plaintext, as decoded JSON or payloadB64.
+
+    A payload that cannot be decrypted here (no key on this node, or a rotated key) is shown as
+    stored, with `encrypted: true`, rather than failing the whole answer."""
     out = {k: v for k, v in message.items() if k not in ("payload", "encrypted")}
-    payload = message.get("payload", b"")
-    out.update(payload_fields(bytes(payload)))
+    payload = bytes(message.get("payload", b""))
+    if message.get("encrypted"):
+        try:
+            if cipher is None:
+                raise PayloadDecryptError("this node has no QUEEN_ENCRYPTION_KEY")
+            payload = cipher.decrypt(payload)
+        except PayloadDecryptError as exc:
+            out.update({"payloadB64": encode_base64(payload), "encrypted": True, "decryptError": str(exc)})
+            return out
+    out.update(payload_fields(payload))
     return out
 
 
@@ -109,10 +121,25 @@ def parse_push_items(body: Any) -> list[dict]:
     return items
 
 
+def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> list[dict]:
+    """Items for queues with encryptionEnabled are encrypted here, by the proposing node."""
+    queues = {item["queue"] for item in items}
+    options = serving.groups[tenant].peek_local(lambda state: {q: state.queue_options(q) for q in queues})
+    encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
+    if not encrypting:
+        return items
+    if serving.cipher is None:
+        raise ApiError(500, "encryption_unavailable",
+                       f"queue(s) {', '.join(sorted(encrypting))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY")
+    return [dict(item, payload=serving.cipher.encrypt(item["payload"]), encrypted=True) if item["queue"] in encrypting
+            else item for item in items]
+
+
 async def post_push(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)
     items = parse_push_items(await json_body(request, BAD_REQUEST))
+    items = encrypt_push_items(serving, principal.tenant, items)
     result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
@@ -161,7 +188,7 @@ async def get_pop(request: web.Request) -> web.Response:
             result = await _pop_once(serving, tenant, command_args)
             if result is not None:
                 return json_response({"leaseId": result.get("leaseId"),
-                                      "messages": [wire_message(m) for m in result["messages"]]})
+                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]})
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
@@ -282,7 +309,7 @@ async def post_fetch(request: web.Request) -> web.Response:
         return [list(state.fetch(e["queue"], e["partition"], e["offset"], e["limit"])) for e in entries]
 
     found = await read(serving, principal.tenant, fetch_all, UNAVAILABLE)
-    return json_response({"entries": [{"records": [wire_message(r) for r in records]} for records in found]})
+    return json_response({"entries": [{"records": [wire_message(r, serving.cipher) for r in records]} for records in found]})
 
 
 def add_routes(app: web.Application) -> None:

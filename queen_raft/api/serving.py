@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from aiohttp import web
 
 from queen_raft.api.apply_signal import ApplySignal
+from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.config import ClusterConfig
 
@@ -25,6 +26,8 @@ class ServingNode:
     apply_signals: Mapping[str, ApplySignal]
     metrics: "ApiMetrics"
     timer_rate: TenantRateLimiter
+    # Set when QUEEN_ENCRYPTION_KEY is: encrypts for queues with encryptionEnabled, decrypts for consumers.
+    cipher: PayloadCipher | None = None
 
     @property
     def settings(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+import zstandard
 from aiohttp import web
 
 from queen_raft.api.auth import Access, require
@@ -148,6 +149,43 @@ def cancel_hint(ops: list[dict]) -> dict[str, str]:
     return {}
 
 
+def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict]) -> set[str]:
+    """The destination queues that encrypt at rest; a client `encrypted: true` for one is a 400.
+
+    Read locally: queue options are replicated state, and a configure racing this call by one
+    apply is no different from one that landed a moment later."""
+    queues = {op["queue"] for op in ops if op["op"] != "cancel"}
+    options = group.peek_local(lambda state: {q: state.queue_options(q) for q in queues})
+    encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
+    for i, op in enumerate(ops):
+        if op["op"] != "cancel" and op["queue"] in encrypting and op["encrypted"]:
+            raise bad_request(f"operations[{i}]: queue {op['queue']!r} encrypts at rest: the broker encrypts, send plaintext")
+    if encrypting and serving.cipher is None:
+        raise ApiError(500, "encryption_unavailable",
+                       f"queue(s) {', '.join(sorted(encrypting))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY")
+    return encrypting
+
+
+def encrypt_op(serving: ServingNode, op: dict) -> dict:
+    """Encrypted at schedule, by the proposing node (SPEC.md). A zstd payload is decompressed first:
+    the fire cannot decompress ciphertext."""
+    payload = op["payload"]
+    if op["payloadZstd"]:
+        payload = decompress_bounded(payload, serving.settings.timers_max_payload_bytes)
+    return dict(op, payload=serving.cipher.encrypt(payload), payloadZstd=False, encrypted=True)
+
+
+def decompress_bounded(data: bytes, limit: int) -> bytes:
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            out = reader.read(limit + 1)
+    except zstandard.ZstdError as exc:
+        raise bad_request(f"payloadZstd: the payload does not decompress ({exc})") from None
+    if len(out) > limit:
+        raise ApiError(413, "payload_too_large", f"the decompressed payload is over {limit} bytes")
+    return out
+
+
 def _read_flag(state: Any, name: str) -> Any:
     value = getattr(state, name)
     return value() if callable(value) else value
@@ -169,6 +207,10 @@ async def post_timers(request: web.Request) -> web.Response:
     tenant = principal.tenant
     hint = cancel_hint(ops)
     group = serving.groups[tenant]
+    try:
+        encrypting = encrypting_queues(serving, group, ops)
+    except ApiError as error:
+        raise _refuse(serving, error) from None
     # The pause is replicated state read locally: a pause is an operator's switch, and a call that
     # races it by one apply is no worse than one that arrived a moment earlier.
     if group.peek_local(lambda state: _read_flag(state, "scheduling_paused")):
@@ -180,6 +222,10 @@ async def post_timers(request: web.Request) -> web.Response:
                                         {**retry_after_header(wait_s), **hint}))
     try:
         check_plan_limits(ops, settings)
+    except ApiError as error:
+        raise _refuse(serving, error) from None
+    try:
+        ops = [encrypt_op(serving, op) if op["queue"] in encrypting and op["op"] != "cancel" else op for op in ops]
     except ApiError as error:
         raise _refuse(serving, error) from None
     command_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in ops]
@@ -233,7 +279,8 @@ async def delete_timer(request: web.Request) -> web.Response:
 
 
 # The peek answer of SPEC.md section 2, in this order; anything else the state keeps stays inside.
-PEEK_FIELDS = ("partition", "deliverAt", "txn", "messageId", "payload", "payloadZstd", "encrypted",
+# dueAt (the next try, later than deliverAt while a failing timer backs off) is the state's addition.
+PEEK_FIELDS = ("partition", "deliverAt", "dueAt", "txn", "messageId", "payload", "payloadZstd", "encrypted",
                "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")
 LIST_ROW_FIELDS = tuple(name for name in PEEK_FIELDS if name != "payload")
 

@@ -15,6 +15,7 @@ from aiohttp import test_utils
 
 from queen_raft.api.app import create_app
 from queen_raft.api.apply_signal import ApplySignal
+from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
@@ -97,6 +98,7 @@ def make_serving(env: dict[str, str] | None = None) -> tuple[ServingNode, dict[s
         node_id="n1", config=config, groups=groups, apply_signals=signals,
         metrics=ApiMetrics(groups_source=lambda: groups),
         timer_rate=TenantRateLimiter(config.settings.timers_rate, config.settings.timers_rate_burst),
+        cipher=PayloadCipher(config.settings.encryption_key) if config.settings.encryption_key else None,
     )
     return serving, groups
 

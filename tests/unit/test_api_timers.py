@@ -158,7 +158,7 @@ async def test_peek_and_list():
         await api.call("POST", "/api/v1/timers", json=[schedule("b"), schedule("a/1", partition="p1"), schedule("c")])
         status, _, peek = await api.call("GET", "/api/v1/timers/q/a/1", token="acme-ro")
         assert status == 200
-        assert set(peek) == {"found", "queue", "timerKey", "partition", "deliverAt", "txn", "messageId", "payload",
+        assert set(peek) == {"found", "queue", "timerKey", "partition", "deliverAt", "dueAt", "txn", "messageId", "payload",
                              "payloadZstd", "encrypted", "producerSub", "attempts", "lastError", "claimed",
                              "createdAt", "updatedAt"}
         assert (peek["found"], peek["partition"], peek["payload"], peek["claimed"]) == (True, "p1", PAYLOAD, False)

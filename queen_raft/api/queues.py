@@ -1,0 +1,43 @@
+"""POST /api/v1/configure: a queue's options (SPEC.md section 3), replicated like any write."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from queen_raft.api.auth import Access, require
+from queen_raft.api.errors import ApiError
+from queen_raft.api.group_calls import propose
+from queen_raft.api.requests import json_body, json_response
+from queen_raft.api.serving import serving_of
+
+BAD_REQUEST = "bad_request"
+UNAVAILABLE = "unavailable"
+MODES = ("merge", "replace")
+
+
+async def post_configure(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.CONFIGURE)
+    body = await json_body(request, BAD_REQUEST)
+    if not isinstance(body, dict):
+        raise ApiError(400, BAD_REQUEST, 'the body must be {"queue", "options", "mode"?}')
+    extra = sorted(body.keys() - {"queue", "options", "mode"})
+    if extra:
+        raise ApiError(400, BAD_REQUEST, f"unknown field(s): {', '.join(extra)}")
+    queue, options, mode = body.get("queue"), body.get("options", {}), body.get("mode", "merge")
+    if not isinstance(queue, str) or queue == "":
+        raise ApiError(400, BAD_REQUEST, "queue must be a non-empty string")
+    if not isinstance(options, dict):
+        raise ApiError(400, BAD_REQUEST, "options must be an object")
+    if mode not in MODES:
+        raise ApiError(400, BAD_REQUEST, f"mode must be one of {', '.join(MODES)}")
+    command = {"op": "configure", "queue": queue, "options": options, "mode": mode}
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
+    if "error" in result:
+        status = 400 if result["error"] == BAD_REQUEST else 500
+        raise ApiError(status, result["error"], result.get("message") or "configure refused")
+    return json_response(result)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/configure", post_configure)
