@@ -25,7 +25,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 
 from queen_raft import clock
 from queen_raft.raft.connection import install_connection_recipe
-from queen_raft.raft.journal import install_journal_factory, register_journal, unregister_journal
+from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import (
     APPEND_ENTRIES_BATCH_SIZE_BYTES,
@@ -232,6 +232,9 @@ class TenantGroup:
             self_addr, self.peer_addrs, conf=conf, consumers=[self._consumer], transportClass=transport_class
         )
         self._transport: GroupTransport = self._syncobj._SyncObj__transport
+        if settings.fsync == "group":
+            # The journal file may have just been created: make its directory entry durable too.
+            fsync_directory_of(self.journal_file)
 
     # -- leadership ---------------------------------------------------------------------------------
 
