@@ -26,6 +26,7 @@ ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
 MIB = 1024 * 1024
 # pysyncobj requires connectionTimeout >= raftMaxTimeout; queen_raft.raft uses a 3.5 s connection timeout.
 ELECTION_MAX_CEILING_S = 3.5
+HTTP_MAX_BODY_CEILING = 6 * MIB  # see http_max_body_bytes below
 
 # The single-node dev config, used when no --config is given (a fresh clone, `queen-raft node`).
 EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "cluster_configs" / "single.toml"
@@ -141,9 +142,11 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("sweeper_transient_backoff_ms", "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS", 1000, _parse_int, _int_at_least(0)),
     # Encryption at rest (AES-256-GCM)
     _SettingSpec("encryption_key", "QUEEN_ENCRYPTION_KEY", None, _parse_str, _encryption_key),
-    # HTTP: the largest request body. A 256-op batch of base64 payloads must fit, and one call is
-    # one Raft entry, which must stay well under what a follower can take in one append.
-    _SettingSpec("http_max_body_bytes", "QUEEN_HTTP_MAX_BODY_BYTES", 8 * MIB, _parse_int, _int_at_least(1024)),
+    # HTTP: the largest request body. One call is one Raft entry, and queen_raft.raft refuses
+    # entries over 8 MiB (pysyncobj's chunked path corrupts larger ones); a body's entry is never
+    # larger than the body plus ids and framing, so 6 MiB leaves the room.
+    _SettingSpec("http_max_body_bytes", "QUEEN_HTTP_MAX_BODY_BYTES", HTTP_MAX_BODY_CEILING, _parse_int,
+                 lambda v: _int_at_least(1024)(v) or (None if v <= HTTP_MAX_BODY_CEILING else f"must be <= {HTTP_MAX_BODY_CEILING}")),
 )
 
 
@@ -174,7 +177,7 @@ class Settings:
     sweeper_backoff_max_ms: int = 60_000
     sweeper_transient_backoff_ms: int = 1000
     encryption_key: str | None = None
-    http_max_body_bytes: int = 8 * MIB
+    http_max_body_bytes: int = 6 * MIB
 
     def fire_policy(self) -> dict[str, int]:
         """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""

@@ -31,6 +31,8 @@ async def propose(serving, tenant: str, command: dict, unavailable_code: str) ->
         result = await group.propose(command)
     except GroupUnavailable as exc:
         raise unavailable(unavailable_code, exc) from None
+    except ValueError as exc:  # the group refuses an entry over its size cap before proposing it
+        raise ApiError(413, "payload_too_large", f"the call is too large for one log entry: {exc}") from None
     serving.metrics.commit_seconds.observe(time.perf_counter() - started)
     return result
 

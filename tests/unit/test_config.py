@@ -215,3 +215,11 @@ def test_missing_and_invalid_files(tmp_path):
     broken.write_text("[cluster\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(broken, env={})
+
+
+def test_http_body_ceiling_keeps_an_entry_under_the_raft_cap():
+    from queen_raft.raft.settings import MAX_ENTRY_BYTES
+
+    assert Settings().http_max_body_bytes < MAX_ENTRY_BYTES
+    with pytest.raises(ConfigError, match="QUEEN_HTTP_MAX_BODY_BYTES must be <="):
+        parse_config(minimal(), env={"QUEEN_HTTP_MAX_BODY_BYTES": str(MAX_ENTRY_BYTES)})
