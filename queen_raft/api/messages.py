@@ -269,6 +269,30 @@ async def post_ack_batch(request: web.Request) -> web.Response:
     return await _post_ack(request, single=False)
 
 
+# --- lease extend ----------------------------------------------------------------------------
+
+# A lease is extended by at most this much per call: a consumer that needs more calls again, so
+# a crashed consumer cannot pin a partition for longer than this.
+MAX_LEASE_EXTEND_S = 3600
+
+
+async def post_lease_extend(request: web.Request) -> web.Response:
+    serving = serving_of(request)
+    principal = require(serving.config, request, Access.CONSUME)
+    body = await json_body(request, BAD_REQUEST)
+    if not isinstance(body, dict) or sorted(body.keys()) != ["seconds"]:
+        raise bad_request('the body must be {"seconds": n}')
+    seconds = body["seconds"]
+    if not is_int(seconds) or not 1 <= seconds <= MAX_LEASE_EXTEND_S:
+        raise bad_request(f"seconds must be an integer 1..{MAX_LEASE_EXTEND_S}")
+    command = {"op": "lease_extend", "leaseId": request.match_info["leaseId"], "seconds": seconds}
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
+    if "error" in result:
+        status = 404 if result["error"] == "invalid_lease" else 400 if result["error"] == BAD_REQUEST else 500
+        raise ApiError(status, result["error"], result.get("message") or "the lease is unknown or expired")
+    return json_response(result)
+
+
 # --- fetch -----------------------------------------------------------------------------------
 
 
@@ -318,4 +342,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", get_pop)
     app.router.add_post("/api/v1/ack", post_ack)
     app.router.add_post("/api/v1/ack/batch", post_ack_batch)
+    app.router.add_post("/api/v1/lease/{leaseId}/extend", post_lease_extend)
     app.router.add_post("/api/v1/fetch", post_fetch)

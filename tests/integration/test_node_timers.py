@@ -187,3 +187,32 @@ def test_health_and_metrics_on_every_node(node_cluster):
                    "queen_raft_commit_index", "queen_raft_commit_seconds_bucket", "queen_http_request_seconds_bucket"):
         assert family in text, family
     assert 'queen_raft_is_leader{tenant="acme"} 1.0' in text
+
+
+def test_operator_pause_refuses_schedules_with_hint_while_delete_and_fires_go_on(node_cluster):
+    cluster = node_cluster
+    admin = token("acme", "admin")
+    queue = unique("q")
+    status, _, body = post_timers(cluster, "n1", [schedule_op(queue, "due", 300, "t-due"), schedule_op(queue, "k", 60_000, "t-k")])
+    assert status == 200
+    status, _, answer = cluster.call("n2", "POST", "/api/v1/admin/timers/pause", admin)
+    assert (status, answer["paused"]) == (200, True)
+    try:
+        for node in cluster.node_ids:  # the pause is replicated: every node refuses
+            # A linearizable read first: the node has then applied everything up to the pause.
+            assert cluster.call(node, "GET", f"/api/v1/timers/{queue}/k", RO)[0] == 200
+            status, headers, refused = post_timers(cluster, node, [schedule_op(queue, "new", 5, "t"),
+                                                                   {"op": "cancel", "queue": queue, "timerKey": "k"}])
+            assert (status, refused["error"]) == (503, "timers_disabled")
+            assert int(headers["Retry-After"]) >= 1
+            assert headers["x-queen-timers-hint"] == f"DELETE /api/v1/timers/{queue}/k"
+        status, _, popped = pop(cluster, "n3", queue)  # the fire is not stopped by the pause
+        assert status == 200 and popped["messages"][0]["transactionId"] == "t-due"
+        status, _, answer = cluster.call("n3", "DELETE", f"/api/v1/timers/{queue}/k", RW)
+        assert (status, answer["status"]) == (200, "cancelled")
+    finally:
+        status, _, answer = cluster.call("n1", "POST", "/api/v1/admin/timers/resume", admin)
+        assert (status, answer["paused"]) == (200, False)
+    status, _, page = cluster.call("n1", "GET", f"/api/v1/timers/{queue}", RO)
+    assert page["rows"] == []  # k cancelled by DELETE, "new" never scheduled
+    assert [r["transactionId"] for r in fetch_all(cluster, "n1", queue)] == ["t-due"]

@@ -177,3 +177,15 @@ async def test_unknown_route_is_a_json_404():
     async with ApiHarness() as api:
         status, _, body = await api.call("GET", "/api/v1/nothing")
         assert (status, body["error"]) == (404, "not_found")
+
+
+async def test_lease_extend():
+    async with ApiHarness() as api:
+        await push(api, [{"queue": "q", "payload": 1}])
+        _, _, popped = await api.call("GET", "/api/v1/pop/queue/q")
+        status, _, body = await api.call("POST", f"/api/v1/lease/{popped['leaseId']}/extend", json={"seconds": 60})
+        assert status == 200 and body["ok"] is True and body["leaseId"] == popped["leaseId"]
+        status, _, body = await api.call("POST", "/api/v1/lease/nope/extend", json={"seconds": 60})
+        assert (status, body["error"]) == (404, "invalid_lease")
+        status, _, body = await api.call("POST", f"/api/v1/lease/{popped['leaseId']}/extend", json={"seconds": 0})
+        assert (status, body["error"]) == (400, "bad_request")
