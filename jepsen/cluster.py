@@ -19,9 +19,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jepsen.dialled_node import DIAL_MAP_ENV
 from jepsen.network import LinkNetwork
 
 HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 TENANT = "jepsen"
 TOKEN_READ_WRITE = "jepsen-rw"
 TOKEN_ADMIN = "jepsen-admin"
@@ -82,9 +84,11 @@ def _refused_dial_key(log_path: Path) -> bool:
     return "dial" in tail and "unknown key" in tail
 
 
-def node_command() -> list[str]:
+def node_command(links_via: str = "config") -> list[str]:
     """The node's CLI, run by this interpreter so the venv that runs the harness runs the nodes."""
-    return [sys.executable, "-c", "import sys; from queen_raft.cli import main; sys.exit(main())"]
+    if links_via == "launcher":
+        return [sys.executable, "-m", "jepsen.dialled_node"]
+    return [sys.executable, "-m", "queen_raft"]
 
 
 @dataclass
@@ -152,8 +156,10 @@ class Cluster:
                     continue
                 proxy_port = self.network.add_link(dialer.id, target.id, target.raft_port)
                 self.dial_maps[dialer.id][target.raft_address] = f"{HOST}:{proxy_port}"
-        # Whether the config carries the dial maps. A node whose config parser refuses them is run
-        # without (no partitions possible), and the run says so rather than faking a cut.
+        # How each node learns its dial map: "config" (a `[nodes.dial]` table in the TOML) or, when
+        # the node's config parser refuses that key, "launcher" (jepsen/dialled_node.py passes the
+        # map to each group). The report names the way used.
+        self.links_via = "config"
         self.links_in_config = True
         self.config_path.write_text(self.render_config(), encoding="utf-8")
 
@@ -211,6 +217,10 @@ class Cluster:
         environment.pop("QUEEN_TEST_CLOCK_OFFSET_MS", None)
         if clock_offset_ms:
             environment["QUEEN_TEST_CLOCK_OFFSET_MS"] = str(clock_offset_ms)
+        if self.links_via == "launcher":
+            environment[DIAL_MAP_ENV] = json.dumps(self.dial_maps[node_id])
+            environment["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO_ROOT), environment.get("PYTHONPATH", "")) if p)
         node.starts += 1
         with node.log_path.open("a", encoding="utf-8") as log:
             log.write(
@@ -220,7 +230,7 @@ class Cluster:
         log_handle = node.log_path.open("ab")
         try:
             node.process = subprocess.Popen(
-                node_command() + ["node", "--config", str(self.config_path), "--id", node_id],
+                node_command(self.links_via) + ["node", "--config", str(self.config_path), "--id", node_id],
                 stdout=log_handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -243,24 +253,25 @@ class Cluster:
 
     def boot(self, timeout_s: float) -> bool:
         """First start of the cluster. When the nodes refuse the dial-map key of the config, start
-        them again without it and clear links_in_config, so partition faults are skipped and said so.
+        them again without it, through the launcher that hands each group its dial map.
         """
         self.start_all()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            refused = [n for n in self.nodes.values() if not n.alive() and _refused_dial_key(n.log_path)]
+            dead = [n for n in self.nodes.values() if not n.alive()]
+            refused = [n for n in dead if _refused_dial_key(n.log_path)]
             if refused and self.links_in_config:
                 for node in self.nodes.values():
                     self.kill(node.id)
                 self.links_in_config = False
+                self.links_via = "launcher"
                 self.config_path.write_text(self.render_config(), encoding="utf-8")
                 self.start_all()
                 continue
-            if all(n.alive() for n in self.nodes.values()) and self.wait_healthy(HEALTH_POLL_S * 5):
-                return True
-            if any(not n.alive() for n in self.nodes.values()) and not refused:
+            if dead:
                 return False
-            time.sleep(HEALTH_POLL_S)
+            if self.wait_healthy(HEALTH_POLL_S * 5):
+                return True
         return False
 
     def _signal(self, node: NodeProcess, signum: int) -> bool:

@@ -105,7 +105,7 @@ class Nemesis:
 
     @property
     def partitions_available(self) -> bool:
-        return self.cluster.links_in_config
+        return self.cluster.links_via in ("config", "launcher")
 
     # -- running -----------------------------------------------------------------------------------
 

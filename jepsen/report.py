@@ -15,6 +15,8 @@ from typing import Any
 from jepsen.checkers import overall_valid
 from jepsen.history import FAIL, INFO, INVOKE, NEMESIS_PROCESS, OK, Event, FaultWindow, Operation
 
+# Consumers' process ids start here (run.py); below it, client ids = slot + k * concurrency.
+CONSUMER_PROCESS_BASE = 10_000
 # Counterexamples printed per failing property in report.md (results.json keeps more).
 REPORT_COUNTEREXAMPLES = 3
 
@@ -48,11 +50,16 @@ def operation_table(operations: list[Operation]) -> dict[str, dict[str, int]]:
     return {f: {t: counts.get(t, 0) for t in (OK, FAIL, INFO)} for f, counts in sorted(table.items())}
 
 
+# The final phase's own steps: recorded as windows (they disturb the cluster) but not counted as
+# injected faults.
+FINAL_PHASE_STEPS = ("heal-all", "restart-all")
+
+
 def fault_counts(events: list[Event]) -> dict[str, int]:
     counts: Counter = Counter()
     for event in events:
         if event.process == NEMESIS_PROCESS and event.type == INVOKE and isinstance(event.value, dict) \
-                and event.value.get("phase") == "start":
+                and event.value.get("phase") == "start" and event.value.get("fault") not in FINAL_PHASE_STEPS:
             counts[event.value.get("fault")] += 1
     return dict(sorted(counts.items()))
 
@@ -128,7 +135,7 @@ def render_markdown(summary: dict, png_note: str) -> str:
 
 
 def draw_timeline(path: Path, operations: list[Operation], windows: list[FaultWindow], fires: list[tuple[int, int]],
-                  started_wall_ms: int) -> str:
+                  started_wall_ms: int, lane_stride: int) -> str:
     """Operations by process over time and fire lag, fault windows shaded. Returns a note."""
     try:
         import matplotlib
@@ -144,11 +151,14 @@ def draw_timeline(path: Path, operations: list[Operation], windows: list[FaultWi
     for op in operations:
         if op.process == NEMESIS_PROCESS:
             continue
-        lane = lanes.setdefault(op.process, len(lanes))
+        # A process that got `info` continues under a new id (+ stride); keep it on its lane.
+        slot = op.process % lane_stride if isinstance(op.process, int) and op.process < CONSUMER_PROCESS_BASE \
+            else op.process
+        lane = lanes.setdefault(slot, len(lanes))
         start = (op.invoke_wall_ms - started_wall_ms) / 1000.0
         end = ((op.complete_wall_ms or op.invoke_wall_ms) - started_wall_ms) / 1000.0
         top.plot([start, max(end, start + 0.01)], [lane, lane], color=colours.get(op.type, "grey"), linewidth=2)
-    top.set_ylabel("process (lane)")
+    top.set_ylabel("client / consumer")
     top.set_title("operations (green ok, red fail, orange info); shaded: faults")
     if fires:
         bottom.scatter([(t - started_wall_ms) / 1000.0 for t, _ in fires], [lag for _, lag in fires], s=6)

@@ -24,7 +24,7 @@ from jepsen.cluster import TENANT, TOKEN_READ_WRITE, Cluster
 from jepsen.generator import DEFAULT_CONCURRENCY, RunPlan, final_phase, make_plan, run_clients
 from jepsen.history import HistoryWriter, fault_windows, pair_operations
 from jepsen.nemesis import Nemesis
-from jepsen.report import (draw_timeline, point_latest, render_markdown, summarize, verdict_word,
+from jepsen.report import (CONSUMER_PROCESS_BASE, draw_timeline, point_latest, render_markdown, summarize, verdict_word,
                            write_results)
 from jepsen.workloads import make_workload
 from jepsen.workloads.messages import Consumer
@@ -82,7 +82,8 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
         stride = 1000  # consumer process ids live above the clients' and never collide
         for spec in workload.consumers():
             for index in range(spec.count):
-                consumers.append(Consumer(client, spec.queue, spec.group, first_process=10_000 + len(consumers),
+                consumers.append(Consumer(client, spec.queue, spec.group,
+                                          first_process=CONSUMER_PROCESS_BASE + len(consumers),
                                           process_stride=stride, node_index=len(consumers)))
         consumer_tasks = [asyncio.create_task(consumer.run()) for consumer in consumers]
         loop = asyncio.get_running_loop()
@@ -122,8 +123,9 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
         if not cluster.boot(BOOT_TIMEOUT_S):
             notes.append(f"the cluster did not become healthy within {BOOT_TIMEOUT_S:.0f} s of boot; see nodes/*.log")
         else:
-            if not cluster.links_in_config:
-                notes.append("nodes refused the dial map in the config: partitions cannot be injected")
+            if cluster.links_via == "launcher":
+                notes.append("the node config has no dial-map key yet: nodes were started through "
+                             "jepsen/dialled_node.py, which hands each Raft group its dial map")
             workload, final = asyncio.run(_drive(options, plan, cluster, history, notes))
             notes += final.notes
             (run_dir / "final.json").write_text(json.dumps({"logs": final.logs, "notes": final.notes}) + "\n",
@@ -145,7 +147,7 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
         summary["valid"] = None
     fires = _fire_points(properties)
     png_note = draw_timeline(run_dir / "timeline.png", operations, fault_windows(history.events), fires,
-                             started_wall_ms)
+                             started_wall_ms, options.concurrency)
     summary["timeline"] = png_note
     write_results(run_dir, summary)
     (run_dir / "report.md").write_text(render_markdown(summary, png_note), encoding="utf-8")
