@@ -94,8 +94,10 @@ def test_leader_kill_elects_a_new_leader_and_its_tick_fires_the_rest(make_cluste
     time.sleep(0.5)
     fired_before_kill = {f[0] for f in leader.read("fired")}
     assert fired_before_kill, "the leader's tick fired nothing before the kill"
+    assert all(f.status()["ticksProposed"] == 0 for f in cluster.followers(leader)), "followers never tick"
 
     killed_at = time.monotonic()
+    killed_at_ms = time.time() * 1000
     leader.kill()
     survivors = cluster.followers(leader)
     new_leader = cluster.wait_for_leader(among=survivors, timeout=FAILOVER_BOUND_S)
@@ -113,6 +115,9 @@ def test_leader_kill_elects_a_new_leader_and_its_tick_fires_the_rest(make_cluste
     assert sorted(fired_keys) == keys, "every timer fires exactly once across the failover"
     assert all(fired_at >= due_at for _, due_at, fired_at in fired), "nothing fires before its instant"
     assert new_leader.status()["ticksProposed"] > 0, "the new leader's tick loop took over"
+    # The gap from the kill to the next fire (issue target: <= 2 s; here bounded like the failover).
+    first_fire_after_kill_ms = min(fired_at for _, _, fired_at in fired if fired_at > killed_at_ms)
+    assert first_fire_after_kill_ms - killed_at_ms < FAILOVER_BOUND_S * 1000
     assert survivors[0].read("fired") == survivors[1].read("fired")
 
     # The killed node comes back on its data dir and catches up.
@@ -123,10 +128,12 @@ def test_leader_kill_elects_a_new_leader_and_its_tick_fires_the_rest(make_cluste
     assert leader.local("fired") == fired
 
 
-def test_restart_of_all_nodes_keeps_state_from_snapshot_and_journal(make_cluster):
+@pytest.mark.parametrize("fsync", ["group", "off"])
+def test_restart_of_all_nodes_keeps_state_from_snapshot_and_journal(make_cluster, fsync):
     # Compaction after 40 entries: 120 writes compact at least twice on every node, so the restart
     # must combine a snapshot with the journal tail (a journal alone would lose the compacted part).
-    cluster = make_cluster(["--compaction-entries", "40"])
+    # kill -9 loses nothing in either fsync mode: the page cache keeps the mmap'd journal.
+    cluster = make_cluster(["--compaction-entries", "40", "--fsync", fsync])
     leader = cluster.wait_for_leader()
     for i in range(120):
         propose_with_retry(leader, {"op": "set", "key": f"k{i:03d}", "value": i})

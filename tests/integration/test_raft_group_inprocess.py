@@ -242,3 +242,92 @@ async def test_a_password_protected_group_commits_and_refuses_a_peer_without_it(
         assert raw.recv(1) == b""
     for member in members:
         await member.stop()
+
+
+class LinkProxy:
+    """One directed link's relay; cut() closes its connections and refuses new ones."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.cut_off = False
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader, writer) -> None:
+        if self.cut_off:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self.writers += [writer, up_writer]
+
+        async def pipe(src, dst):
+            try:
+                while (data := await src.read(65536)) and not self.cut_off:
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        self.cut_off = True
+        for writer in self.writers:
+            writer.close()
+        self.writers = []
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
+
+
+async def test_an_isolated_leader_never_serves_a_stale_read(groups):
+    ports = [next(_PORTS) for _ in range(3)]
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    proxies: dict[tuple[str, str], LinkProxy] = {}
+    dial_maps: dict[str, dict[str, str]] = {a: {} for a in addrs}
+    for dialer in addrs:
+        for target in addrs:
+            if dialer > target:  # pysyncobj: only the greater address dials
+                proxy = LinkProxy(int(target.rsplit(":", 1)[1]))
+                proxies[(dialer, target)] = proxy
+                dial_maps[dialer][target] = f"127.0.0.1:{await proxy.start()}"
+    settings = RaftSettings(commit_timeout_ms=1500)
+    members = [groups(settings, peers=[a for a in addrs if a != addrs[i]], port=p, dial_map=dial_maps[addrs[i]])
+               for i, p in enumerate(ports)]
+    loop = asyncio.get_running_loop()
+    for member in members:
+        member.start_tick_loop(loop)
+    await wait_until(lambda: sum(m.is_leader for m in members) == 1 and all(m.leader_addr() for m in members), 5.0)
+    old = next(m for m in members if m.is_leader)
+    others = [m for m in members if m is not old]
+    await old.propose({"op": "set", "key": "x", "value": "before"})
+
+    for (dialer, target), proxy in proxies.items():
+        if old.self_addr in (dialer, target):
+            proxy.cut()
+    await wait_until(lambda: any(m.is_leader for m in others), 5.0)
+    new = next(m for m in others if m.is_leader)
+    await new.propose({"op": "set", "key": "x", "value": "after"})
+
+    # The old leader may still believe it leads (leaderFallbackTimeout 2.5 s): its local state says
+    # "before", but a barrier read must not answer with it.
+    assert old.peek_local(lambda s: s.values["x"]) == "before"
+    with pytest.raises(GroupUnavailable):
+        await old.read(lambda s: s.values["x"])
+    assert await others[0].read(lambda s: s.values["x"]) == "after"
+    assert await others[1].read(lambda s: s.values["x"]) == "after"
+    for member in members:
+        await member.stop()
+    for proxy in proxies.values():
+        proxy.close()
