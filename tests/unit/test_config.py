@@ -223,3 +223,9 @@ def test_http_body_ceiling_keeps_an_entry_under_the_raft_cap():
     assert Settings().http_max_body_bytes < MAX_ENTRY_BYTES
     with pytest.raises(ConfigError, match="QUEEN_HTTP_MAX_BODY_BYTES must be <="):
         parse_config(minimal(), env={"QUEEN_HTTP_MAX_BODY_BYTES": str(MAX_ENTRY_BYTES)})
+
+
+def test_the_config_readme_documents_every_setting():
+    text = (EMBEDDED_DEFAULT_CONFIG.parent / "README.md").read_text()
+    for spec in SETTING_SPECS:
+        assert f"| `{spec.key}` | `{spec.env}` |" in text, spec.key
