@@ -1,0 +1,81 @@
+"""Scenario 1: schedule throughput through the client API.
+
+Single-op calls from 32 concurrent clients (calls/s, p50/p99 latency), then batches of 256 ops
+(timer ops/s). The timers are due in an hour, so no fire competes with the schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bench.latency import summary
+from bench.load_generator import closed_loop
+from bench.process_usage import CpuWindow
+from bench.profiler import profiled
+from bench.report import ScenarioResult
+from bench.systems import OURS, each_system
+from bench.timer_service import ScheduleOp, TimerService
+import time
+
+SINGLE_OP_CLIENTS = 32           # the issue's figure
+BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest batch one call takes
+# Batches in flight at once: enough to keep the leader's pipeline full (one batch is one entry).
+BATCH_CLIENTS = 4
+FAR_DELAY_MS = 3_600_000
+DURATION_S = {False: 20.0, True: 3.0}  # per phase: full, --quick
+
+
+def measure(service: TimerService, quick: bool, profile: bool) -> dict:
+    duration = DURATION_S[quick]
+
+    async def body() -> dict:
+        client = service.client(SINGLE_OP_CLIENTS)
+        try:
+            async def single(seq: int) -> int:
+                await client.schedule([ScheduleOp(f"s-{seq}", FAR_DELAY_MS, f"s-{seq}")])
+                return 1
+
+            async def batch(seq: int) -> int:
+                ops = [ScheduleOp(f"b-{seq}-{i}", FAR_DELAY_MS, f"b-{seq}-{i}") for i in range(BATCH_OPS)]
+                await client.schedule(ops)
+                return BATCH_OPS
+
+            await closed_loop(single, SINGLE_OP_CLIENTS, min(1.0, duration / 3))  # warm-up: connections, caches
+            cpu = CpuWindow(service.pids())
+            cpu.start(time.monotonic())
+            with profiled(service, "schedule_single", duration, enabled=profile):
+                single_run = await closed_loop(single, SINGLE_OP_CLIENTS, duration)
+            single_cpu = cpu.stop(time.monotonic())
+            cpu.start(time.monotonic())
+            with profiled(service, "schedule_batch", duration, enabled=profile):
+                batch_run = await closed_loop(batch, BATCH_CLIENTS, duration)
+            batch_cpu = cpu.stop(time.monotonic())
+        finally:
+            await client.close()
+        return {
+            "single_op": {"clients": SINGLE_OP_CLIENTS, "calls_per_s": round(single_run.calls_per_s),
+                          "latency_ms": summary(single_run.latencies_ms), "errors": len(single_run.errors),
+                          "error_samples": single_run.errors[:3], "cpu_cores": single_cpu},
+            "batched": {"clients": BATCH_CLIENTS, "ops_per_call": BATCH_OPS, "ops_per_s": round(batch_run.ops_per_s),
+                        "calls_per_s": round(batch_run.calls_per_s, 1), "latency_ms": summary(batch_run.latencies_ms),
+                        "errors": len(batch_run.errors), "error_samples": batch_run.errors[:3], "cpu_cores": batch_cpu},
+        }
+
+    return asyncio.run(body())
+
+
+def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
+    result = ScenarioResult("schedule_throughput", quick)
+    calls = result.figure("single-op schedule, 32 clients", "calls/s", ">= 3,000 (ours)")
+    p50 = result.figure("single-op schedule latency p50", "ms")
+    p99 = result.figure("single-op schedule latency p99", "ms", "< 20 (ours)")
+    batched = result.figure("batched schedule (256 ops/call)", "timer ops/s", ">= 50,000 (ours)")
+    batch_p99 = result.figure("batched call latency p99", "ms")
+    for name, figures in each_system(names, lambda s: measure(s, quick, profile and s.name == OURS)):
+        result.details[name] = figures
+        calls.values[name] = figures["single_op"]["calls_per_s"]
+        p50.values[name] = figures["single_op"]["latency_ms"]["p50"]
+        p99.values[name] = figures["single_op"]["latency_ms"]["p99"]
+        batched.values[name] = figures["batched"]["ops_per_s"]
+        batch_p99.values[name] = figures["batched"]["latency_ms"]["p99"]
+    return result
