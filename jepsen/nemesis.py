@@ -52,7 +52,7 @@ FAULT_DURATION_S = {
 }
 # Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
 # that had a chance to recover, and the lateness checker has quiet periods to compare with.
-QUIET_S = (2.0, 5.0)
+QUIET_S = (3.0, 8.0)
 # Clock jumps are +-2^k ms, k in this range (Jepsen's clock nemesis spans ms to minutes).
 SKEW_EXPONENTS = (2, 16)
 # A restarted node must answer /health within this before the next step of a fault goes on.

@@ -107,9 +107,10 @@ def render_markdown(summary: dict, png_note: str) -> str:
     floor = summary["properties"].get("floor_not_before_deliverAt")
     if floor and floor.get("max_injected_skew_ms"):
         lines += ["", "## Clock skew", "",
-                  f"- largest injected skew: {floor['max_injected_skew_ms']} ms",
+                  f"- largest injected skew: {floor['max_injected_skew_ms']} ms "
+                  f"(largest forward: {floor['max_forward_skew_ms']} ms)",
                   f"- early fires under skew: {floor['early_fires_under_skew']} "
-                  f"(all within the injected skew: {floor['early_within_injected_skew']})",
+                  f"(each within the forward skew then in force: {floor['early_within_forward_skew']})",
                   f"- largest: `{json.dumps(floor['largest_early_fire_under_skew'])}`"]
     lines += ["", "## Operations", "", "| f | ok | fail | info |", "| --- | --- | --- | --- |"]
     for f, counts in summary["operations"].items():

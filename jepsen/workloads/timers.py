@@ -102,9 +102,12 @@ class TimersWorkload:
         return [ConsumerSpec(QUEUE, CONSUMER_GROUP, CONSUMERS)]
 
     async def setup(self, client: HistoryClient, process: Any) -> list[str]:
-        ok = await configure_queue(client, process, QUEUE, {"leaseTime": CONSUMER_LEASE_TIME_S})
-        return [] if ok else [f"could not configure {QUEUE} (leaseTime {CONSUMER_LEASE_TIME_S} s); "
-                              "a lost ack blocks the consumer group until the default lease expires"]
+        # No dedup window on the destination: a timer that fired twice would otherwise append once
+        # (the second fire is a dedup "duplicate") and the at-most-once check could not see it.
+        options = {"leaseTime": CONSUMER_LEASE_TIME_S, "dedupWindowSeconds": 0}
+        ok = await configure_queue(client, process, QUEUE, options)
+        return [] if ok else [f"could not configure {QUEUE} {options}: a lost ack blocks the consumer group "
+                              "until the default lease expires, and the dedup window can hide a double fire"]
 
     async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
         value = op.value

@@ -205,8 +205,8 @@ def test_early_fire_under_clock_skew_is_reported_not_judged():
     assert floor["valid"] is True
     assert floor["early_fires_under_skew"] == 1
     assert floor["largest_early_fire_under_skew"]["early_ms"] == 1500
-    assert floor["early_within_injected_skew"] is True
-    assert floor["max_injected_skew_ms"] == 4096
+    assert floor["early_within_forward_skew"] is True
+    assert floor["max_forward_skew_ms"] == 4096
 
 
 def test_duplicated_delivery_after_a_completed_ack_is_caught():
