@@ -89,6 +89,14 @@ def _positive_float(value: Any) -> str | None:
     return None
 
 
+def _non_negative_number(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number"
+    if value < 0:
+        return "must be >= 0"
+    return None
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
 
@@ -132,7 +140,7 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("timers_max_horizon_s", "QUEEN_TIMERS_MAX_HORIZON_S", 7_776_000, _parse_int, _int_at_least(0)),
     _SettingSpec("timers_max_payload_bytes", "QUEEN_TIMERS_MAX_PAYLOAD_BYTES", MIB, _parse_int, _int_at_least(0)),
     # Calls per second per tenant on each node (token bucket); 0 disables the limit.
-    _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, lambda v: None if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else "must be a number >= 0"),
+    _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, _non_negative_number),
     # Bucket depth; 0 means one second's worth of the rate.
     _SettingSpec("timers_rate_burst", "QUEEN_TIMERS_RATE_BURST", 0, _parse_int, _int_at_least(0)),
     # A fire that fails (SPEC.md section 2)

@@ -186,11 +186,6 @@ def decompress_bounded(data: bytes, limit: int) -> bytes:
     return out
 
 
-def _read_flag(state: Any, name: str) -> Any:
-    value = getattr(state, name)
-    return value() if callable(value) else value
-
-
 def _refuse(serving: ServingNode, error: ApiError) -> ApiError:
     serving.metrics.schedule_rejected.labels(reason=error.code).inc()
     return error
@@ -213,7 +208,7 @@ async def post_timers(request: web.Request) -> web.Response:
         raise _refuse(serving, error) from None
     # The pause is replicated state read locally: a pause is an operator's switch, and a call that
     # races it by one apply is no worse than one that arrived a moment earlier.
-    if group.peek_local(lambda state: _read_flag(state, "scheduling_paused")):
+    if group.peek_local(lambda state: state.scheduling_paused):
         raise _refuse(serving, ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
                                         {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}))
     wait_s = serving.timer_rate.take(tenant)
