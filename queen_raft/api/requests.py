@@ -45,9 +45,15 @@ def query_bool(request: web.Request, name: str, default: bool, bad_request_code:
     raise ApiError(400, bad_request_code, f"query parameter {name} must be true or false, got {text!r}")
 
 
+# Integers a JSON client can send exactly (IEEE doubles); beyond, JavaScript clients round them,
+# and msgpack cannot carry values past 64 bits: refuse them as bad input instead of failing later.
+JSON_SAFE_INT = 2**53 - 1
+
+
 def is_int(value: Any) -> bool:
-    """JSON integers only: a bool is not a number here, and 300.0 is not an integer delay."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """JSON integers only: a bool is not a number here, 300.0 is not an integer delay, and an
+    integer past 2^53 is not one a client can mean exactly."""
+    return isinstance(value, int) and not isinstance(value, bool) and -JSON_SAFE_INT <= value <= JSON_SAFE_INT
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

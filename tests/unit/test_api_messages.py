@@ -147,6 +147,7 @@ async def test_bad_pop_query_is_400(query):
     {"acknowledgments": [{"partition": "Default", "status": "completed"}]},
     {"acknowledgments": [{"partition": "Default", "offset": 0, "status": "done"}]},
     {"acknowledgments": [{"partition": "Default", "offset": -1}]},
+    {"acknowledgments": [{"partition": "Default", "offset": 2**64}]},
     {"acknowledgments": [{"partition": "Default", "offset": 0}], "extra": 1},
 ])
 async def test_bad_ack_batch_is_400(body):

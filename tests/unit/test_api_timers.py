@@ -47,6 +47,7 @@ BAD_BODIES = {
     "delayMs a float": [schedule(delayMs=300.0)],
     "delayMs a string": [schedule(delayMs="300")],
     "delayMs a bool": [schedule(delayMs=True)],
+    "delayMs past 2^53": [schedule(delayMs=-(2**70))],
     "txn missing": [_without(schedule(), "txn")],
     "txn not a string": [schedule(txn=5)],
     "payload missing": [_without(schedule(), "payload")],
