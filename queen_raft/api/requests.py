@@ -18,9 +18,16 @@ async def json_body(request: web.Request, bad_request_code: str) -> Any:
     if not raw:
         raise ApiError(400, bad_request_code, "the request has no body; a JSON body is required")
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_refuse_non_json_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ApiError(400, bad_request_code, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, bad_request_code, "the body nests too deeply") from None
+
+
+def _refuse_non_json_constant(name: str) -> Any:
+    """NaN and Infinity are Python's extensions, not JSON: a stored payload must stay valid JSON."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def query_int(request: web.Request, name: str, default: int, bad_request_code: str) -> int:

@@ -190,3 +190,10 @@ async def test_lease_extend():
         assert (status, body["error"]) == (404, "invalid_lease")
         status, _, body = await api.call("POST", f"/api/v1/lease/{popped['leaseId']}/extend", json={"seconds": 0})
         assert (status, body["error"]) == (400, "bad_request")
+
+
+@pytest.mark.parametrize("raw", [b'{"items": [{"queue": "q", "payload": NaN}]}', b"[" * 100_000])
+async def test_non_json_constants_and_deep_nesting_are_400(raw):
+    async with ApiHarness() as api:
+        status, _, body = await api.call("POST", "/api/v1/push", data=raw)
+        assert (status, body["error"]) == (400, "bad_request")
