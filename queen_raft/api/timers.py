@@ -8,7 +8,7 @@ from urllib.parse import quote
 import zstandard
 from aiohttp import web
 
-from queen_raft.api.auth import Access, require
+from queen_raft.api.auth import Access, Principal, require
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64
 from queen_raft.api.errors import ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
@@ -186,61 +186,49 @@ def decompress_bounded(data: bytes, limit: int) -> bytes:
     return out
 
 
-def _refuse(serving: ServingNode, error: ApiError) -> ApiError:
-    serving.metrics.schedule_rejected.labels(reason=error.code).inc()
-    return error
-
-
 async def post_timers(request: web.Request) -> web.Response:
     serving = serving_of(request)
-    settings = serving.settings
     principal = require(serving.config, request, Access.PRODUCE)
     try:
-        ops = parse_timer_ops(await json_body(request, BAD_REQUEST), settings.timers_max_ops_per_call)
-    except ApiError as error:
-        raise _refuse(serving, error) from None
+        return await _schedule_batch(request, serving, principal)
+    except ApiError as error:  # every refusal after auth is counted, by its code
+        serving.metrics.schedule_rejected.labels(reason=error.code).inc()
+        raise
+
+
+async def _schedule_batch(request: web.Request, serving: ServingNode, principal: Principal) -> web.Response:
+    """The gates of SPEC.md section 2 in order: shape, pause, rate, horizon, payload; then the
+    entry, whose answer may be the quota's refusal."""
+    settings = serving.settings
+    ops = parse_timer_ops(await json_body(request, BAD_REQUEST), settings.timers_max_ops_per_call)
     tenant = principal.tenant
     hint = cancel_hint(ops)
     group = serving.groups[tenant]
-    try:
-        encrypting = encrypting_queues(serving, group, ops)
-    except ApiError as error:
-        raise _refuse(serving, error) from None
+    encrypting = encrypting_queues(serving, group, ops)
     # The pause is replicated state read locally: a pause is an operator's switch, and a call that
     # races it by one apply is no worse than one that arrived a moment earlier.
     if group.peek_local(lambda state: state.scheduling_paused):
-        raise _refuse(serving, ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
-                                        {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}))
+        raise ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
+                       {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint})
     wait_s = serving.timer_rate.take(tenant)
     if wait_s > 0:
-        raise _refuse(serving, ApiError(429, "rate_limited", f"over the tenant's timer call rate of {settings.timers_rate}/s on this node",
-                                        {**retry_after_header(wait_s), **hint}))
-    try:
-        check_plan_limits(ops, settings)
-    except ApiError as error:
-        raise _refuse(serving, error) from None
-    try:
-        ops = [encrypt_op(serving, op) if op["queue"] in encrypting and op["op"] != "cancel" else op for op in ops]
-    except ApiError as error:
-        raise _refuse(serving, error) from None
+        raise ApiError(429, "rate_limited", f"over the tenant's timer call rate of {settings.timers_rate}/s on this node",
+                       {**retry_after_header(wait_s), **hint})
+    check_plan_limits(ops, settings)
+    ops = [encrypt_op(serving, op) if op["queue"] in encrypting and op["op"] != "cancel" else op for op in ops]
     command_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in ops]
     command = {
         "op": "timers", "producerSub": principal.sub, "maxPending": settings.timers_max_pending,
         "policy": settings.fire_policy(), "ops": command_ops,
     }
-    try:
-        result = await propose(serving, tenant, command, UNAVAILABLE)
-    except ApiError as error:
-        raise _refuse(serving, error) from None
+    result = await propose(serving, tenant, command, UNAVAILABLE)
     if "error" in result:
         code = result["error"]
         if code == "timers_quota_exceeded":
-            error = ApiError(403, code, result.get("message") or "the tenant's pending-timer quota is exhausted", hint)
-        elif code == BAD_REQUEST:
-            error = ApiError(400, code, result.get("message") or "the batch was refused")
-        else:
-            error = ApiError(500, code, result.get("message") or "the state refused the batch")
-        raise _refuse(serving, error)
+            raise ApiError(403, code, result.get("message") or "the tenant's pending-timer quota is exhausted", hint)
+        if code == BAD_REQUEST:
+            raise ApiError(400, code, result.get("message") or "the batch was refused")
+        raise ApiError(500, code, result.get("message") or "the state refused the batch")
     results = result["results"]
     for op, answer in zip(ops, results):
         serving.metrics.timer_ops.labels(tenant=tenant, op=op["op"], status=answer.get("status", "?")).inc()
