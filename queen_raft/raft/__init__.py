@@ -4,7 +4,7 @@
 the state after a shared read barrier; the group's leader runs the timer tick. See group.py.
 """
 
-from queen_raft.raft.group import GroupUnavailable, TenantGroup
-from queen_raft.raft.settings import RaftSettings
+from queen_raft.raft.group import EntryTooLarge, GroupUnavailable, TenantGroup
+from queen_raft.raft.settings import MAX_ENTRY_BYTES, RaftSettings
 
-__all__ = ["GroupUnavailable", "RaftSettings", "TenantGroup"]
+__all__ = ["EntryTooLarge", "GroupUnavailable", "MAX_ENTRY_BYTES", "RaftSettings", "TenantGroup"]

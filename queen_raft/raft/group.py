@@ -81,6 +81,10 @@ _RETRY_AFTER_BY_REASON = {
 }
 
 
+class EntryTooLarge(ValueError):
+    """The encoded command exceeds MAX_ENTRY_BYTES: refuse the request (413), never retry it."""
+
+
 class GroupUnavailable(Exception):
     """The group could not answer now. The outcome of a write may be unknown: it may still commit.
 
@@ -310,7 +314,7 @@ class TenantGroup:
             command["now"] = clock.wall_ms()
         entry = encode_command(command)
         if len(entry) > MAX_ENTRY_BYTES:
-            raise ValueError(f"entry of {len(entry)} bytes exceeds MAX_ENTRY_BYTES={MAX_ENTRY_BYTES}")
+            raise EntryTooLarge(f"entry of {len(entry)} bytes exceeds MAX_ENTRY_BYTES={MAX_ENTRY_BYTES}")
         if self._in_flight >= self.settings.max_in_flight:
             raise GroupUnavailable("busy", detail=f"{self._in_flight} calls in flight")
         if self._syncobj._getLeader() is None:

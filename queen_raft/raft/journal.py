@@ -67,6 +67,21 @@ class CompactionGuardedJournal(FileJournal):
         super().__init__(journalFile)
         self.full_dump_file = fullDumpFile
         self.compactions_refused = 0
+        # Bytes of commands in the log (pysyncobj keeps them all in RAM too): the transport forces
+        # a compaction when this passes LOG_COMPACTION_MAX_BYTES, since pysyncobj compacts by count.
+        self.size_bytes = sum(len(entry[0]) for entry in self)
+
+    def add(self, command, idx, term):
+        super().add(command, idx, term)
+        self.size_bytes += len(command)
+
+    def clear(self):
+        super().clear()
+        self.size_bytes = 0
+
+    def deleteEntriesFrom(self, entryFrom):
+        super().deleteEntriesFrom(entryFrom)
+        self.size_bytes = sum(len(entry[0]) for entry in self)  # rare: a follower's log conflict
 
     def deleteEntriesTo(self, entryTo):
         if entryTo >= len(self):

@@ -29,6 +29,10 @@ CONNECTION_TIMEOUT_S = 3.5
 # queue (QUEUE_FULL) only happens if something bypasses propose().
 COMMANDS_QUEUE_SIZE = 100_000
 
+# pysyncobj compacts by entry count; with large entries the count alone lets the log (kept whole
+# in RAM, journal offsets uint32 = 4 GiB) grow unbounded. Force a compaction past this many bytes.
+LOG_COMPACTION_MAX_BYTES = 256 * MiB
+
 # Compaction also happens on time; 300 s is pysyncobj's default and bounds replay on restart.
 LOG_COMPACTION_MIN_TIME_S = 300
 

@@ -26,6 +26,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.journal import GroupCommitJournal
+from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,11 @@ class GroupTransport(TCPTransport):
         # Set before super().__init__(): it adds the nodes and creates the server.
         self.dial_map: dict[str, str] = dial_map if dial_map is not None else {}
         self.group_commit_journal = None
+        # SyncObj.__init__ creates the journal before the transport.
+        journal = syncObj._SyncObj__raftLog
+        self.journal = journal
+        self.compaction_requests = 0
         if group_commit:
-            # SyncObj.__init__ creates the journal before the transport.
-            journal = syncObj._SyncObj__raftLog
             if not isinstance(journal, GroupCommitJournal):
                 raise TypeError(f"group commit needs a GroupCommitJournal, got {type(journal).__name__}")
             self.group_commit_journal = journal
@@ -117,6 +120,10 @@ class GroupTransport(TCPTransport):
                     super().send(node, message)
         if not self._nodes:
             self._wake_single_node_commit()
+        if getattr(self.journal, "size_bytes", 0) > LOG_COMPACTION_MAX_BYTES:
+            # Takes effect at the next tick's compaction check; while a dump is running it is a no-op.
+            self._syncObj.forceLogCompaction()
+            self.compaction_requests += 1
         super()._onTick()
 
     def _wake_single_node_commit(self) -> None:

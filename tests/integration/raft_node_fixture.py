@@ -40,6 +40,10 @@ NODE_START_TIMEOUT_S = 15.0
 LEADER_WAIT_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.02
+# A barrier read answered 503 (no leader yet, leader changed) is retried this often, sleeping the
+# Retry-After but at most MAX_RETRY_SLEEP_S: ~10 s in all, above any election we expect.
+READ_ATTEMPTS = 50
+MAX_RETRY_SLEEP_S = 0.2
 # The fire lags a node keeps for /status: enough for a test's window, bounded for a long run.
 TICK_LAGS_KEPT = 10_000
 
@@ -300,6 +304,13 @@ class RaftNodeProcess:
         return _http("POST", self.url + "/propose", command, timeout=timeout)["result"]
 
     def read(self, what: str) -> object:
+        """A barrier read, retried on 503 as the client contract says (e.g. an election right
+        after a restart answers leader_changed); a retry is still linearizable."""
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return _http("POST", self.url + "/read", {"what": what})["value"]
+            except NodeUnavailable as exc:
+                time.sleep(min(exc.retry_after, MAX_RETRY_SLEEP_S))
         return _http("POST", self.url + "/read", {"what": what})["value"]
 
     def local(self, what: str) -> object:

@@ -16,7 +16,7 @@ import zlib
 import pysyncobj.pickle
 import pytest
 
-from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
+from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings, TenantGroup
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -120,6 +120,14 @@ async def test_a_raising_apply_does_not_wedge_the_group(groups):
     assert (await group.propose({"op": "boom"}))["error"] == "internal"
     assert (await group.propose({"op": "set", "key": "k", "value": 1}))["ok"] is True
     assert await group.read(lambda s: s.values) == {"k": 1}
+
+
+async def test_an_entry_over_the_size_bound_is_refused_before_proposing(groups):
+    group = await started(groups(RaftSettings()))
+    applied_before = group.status()["appliedIndex"]
+    with pytest.raises(EntryTooLarge):
+        await group.propose({"op": "set", "key": "k", "value": b"x" * (MAX_ENTRY_BYTES + 1)})
+    assert group.status()["appliedIndex"] == applied_before
 
 
 async def test_calls_beyond_the_in_flight_bound_are_refused_as_busy(groups):

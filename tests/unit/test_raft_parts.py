@@ -154,6 +154,7 @@ class FakeJournal:
     def __init__(self):
         self.dirty = False
         self.flushes = 0
+        self.size_bytes = 0
 
     def flush_if_dirty(self):
         if self.dirty:
@@ -165,6 +166,8 @@ def bare_transport(monkeypatch, journal):
     """A GroupTransport without sockets: the stock send and _onTick record what they are given."""
     transport = object.__new__(GroupTransport)
     transport.group_commit_journal = journal
+    transport.journal = journal
+    transport.compaction_requests = 0
     transport._held = {}
     transport._nodes = {"peer"}
     transport._connections = {}
@@ -258,3 +261,31 @@ def test_snapshot_blob_pickles_as_the_state_snapshot_and_restores():
     other._deserialize(data)
     assert other.state.items == [b"a", b"b"]
 
+
+
+def test_journal_counts_its_bytes_through_every_change(tmp_path):
+    journal = CompactionGuardedJournal(str(tmp_path / "j"))
+    for idx, size in ((1, 10), (2, 20), (3, 30)):
+        journal.add(b"\x00" * size, idx, 1)
+    assert journal.size_bytes == 60
+    journal.deleteEntriesFrom(2)
+    assert journal.size_bytes == 30
+    journal.deleteEntriesTo(1)
+    assert journal.size_bytes == 20
+    journal._destroy()
+    assert CompactionGuardedJournal(str(tmp_path / "j")).size_bytes == 20  # recounted on reopen
+
+
+def test_a_log_over_the_byte_bound_forces_a_compaction(monkeypatch):
+    from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
+
+    journal = FakeJournal()
+    transport, _, _ = bare_transport(monkeypatch, journal)
+    forced = []
+    transport._syncObj = type("FakeSyncObj", (), {"forceLogCompaction": lambda self: forced.append(True)})()
+    journal.size_bytes = LOG_COMPACTION_MAX_BYTES
+    transport._onTick()
+    assert forced == []
+    journal.size_bytes = LOG_COMPACTION_MAX_BYTES + 1
+    transport._onTick()
+    assert forced == [True] and transport.compaction_requests == 1
