@@ -183,9 +183,13 @@ async def get_pop(request: web.Request) -> web.Response:
     # The first check goes through the barrier: a pop right after an acknowledged push sees it.
     seen = signal.generation
     ready = await read(serving, tenant, deliverable, UNAVAILABLE)
+    turn_key = (tenant, queue, partition, group_name)
     while True:
         if ready:
-            result = await _pop_once(serving, tenant, command_args)
+            async with serving.pop_turns.turn(turn_key):
+                # A waiter whose turn came before ours may have taken what woke us: look again,
+                # after its pop was applied here, before proposing one.
+                result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
             if result is not None:
                 return json_response({"leaseId": result.get("leaseId"),
                                       "messages": [wire_message(m, serving.cipher) for m in result["messages"]]})

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from aiohttp import web
 
 from queen_raft.api.apply_signal import ApplySignal
 from queen_raft.api.encryption import PayloadCipher
+from queen_raft.api.pop_turns import PopTurns
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.config import ClusterConfig
 
@@ -28,6 +29,7 @@ class ServingNode:
     timer_rate: TenantRateLimiter
     # Set when QUEEN_ENCRYPTION_KEY is: encrypts for queues with encryptionEnabled, decrypts for consumers.
     cipher: PayloadCipher | None = None
+    pop_turns: PopTurns = field(default_factory=PopTurns)
 
     @property
     def settings(self):

@@ -7,6 +7,7 @@ real state machine, only Raft is left out.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -53,6 +54,8 @@ class FakeGroup:
         if self.unavailable is not None:
             raise self.unavailable
         self.proposed.append(command)
+        # A real commit takes a round trip: other requests run meanwhile, against the old state.
+        await asyncio.sleep(0)
         return self._apply(command)
 
     async def read(self, fn):

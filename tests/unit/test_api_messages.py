@@ -197,3 +197,14 @@ async def test_non_json_constants_and_deep_nesting_are_400(raw):
     async with ApiHarness() as api:
         status, _, body = await api.call("POST", "/api/v1/push", data=raw)
         assert (status, body["error"]) == (400, "bad_request")
+
+
+async def test_parked_consumers_woken_by_one_message_propose_one_pop():
+    async with ApiHarness() as api:
+        waiting = [asyncio.ensure_future(api.call("GET", "/api/v1/pop/queue/q?wait=true&timeout=600")) for _ in range(5)]
+        await asyncio.sleep(0.1)
+        await push(api, [{"queue": "q", "payload": "only"}])
+        answers = await asyncio.wait_for(asyncio.gather(*waiting), 3)
+        assert sorted(status for status, _, _ in answers) == [200, 204, 204, 204, 204]
+        assert [c["op"] for c in api.groups["acme"].writes()] == ["push", "pop"]
+        assert len(api.serving.pop_turns) == 0
