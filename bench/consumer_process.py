@@ -1,6 +1,6 @@
 """The long-polling consumer, in a process of its own so that its receipt instants are not delayed
 by the load generator's event loop. It reads fired timers until it has seen `expected` distinct
-txns or its deadline passes, then sends back (txn, fired_at_ms, received_at_ms) triples."""
+txns (of its run: those starting with txn_prefix) or its deadline passes, then sends back (txn, fired_at_ms, received_at_ms) triples."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ CONSUME_BATCH = 1000
 JOIN_TIMEOUT_S = 30.0
 
 
-async def _consume(endpoint: Any, expected: int, deadline_unix_s: float) -> list[tuple[str, int, float]]:
+async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str) -> list[tuple[str, int, float]]:
     client = endpoint.open_client(1)
     received: list[tuple[str, int, float]] = []
     seen: set[str] = set()
@@ -26,6 +26,8 @@ async def _consume(endpoint: Any, expected: int, deadline_unix_s: float) -> list
             receipts = await client.consume(CONSUME_BATCH, wait)
             at_ms = time.time() * 1000
             for receipt in receipts:
+                if not receipt.txn.startswith(txn_prefix):  # a fire of an earlier run
+                    continue
                 received.append((receipt.txn, receipt.fired_at_ms, at_ms))
                 seen.add(receipt.txn)
     finally:
@@ -33,10 +35,10 @@ async def _consume(endpoint: Any, expected: int, deadline_unix_s: float) -> list
     return received
 
 
-def _main(endpoint: Any, expected: int, deadline_unix_s: float, ready: Any, out: Any) -> None:
+def _main(endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str, ready: Any, out: Any) -> None:
     ready.set()
     try:
-        out.send(asyncio.run(_consume(endpoint, expected, deadline_unix_s)))
+        out.send(asyncio.run(_consume(endpoint, expected, deadline_unix_s, txn_prefix)))
     except Exception as exc:  # the parent reports it; a silent child would look like lost timers
         out.send(repr(exc))
     out.close()
@@ -45,11 +47,11 @@ def _main(endpoint: Any, expected: int, deadline_unix_s: float, ready: Any, out:
 class ConsumerProcess:
     """start() before the load, result() after it."""
 
-    def __init__(self, endpoint: Any, expected: int, deadline_unix_s: float):
+    def __init__(self, endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str = ""):
         context = multiprocessing.get_context("spawn")
         self._ready = context.Event()
         self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=_main, args=(endpoint, expected, deadline_unix_s, self._ready, send),
+        self._process = context.Process(target=_main, args=(endpoint, expected, deadline_unix_s, txn_prefix, self._ready, send),
                                         daemon=True)
         self._deadline = deadline_unix_s
 

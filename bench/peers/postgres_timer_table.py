@@ -101,7 +101,7 @@ class PostgresTimerTableClient:
         self._idle: list = []
         self._all: list = []
         self._listener = None
-        self._cursor = 0
+        self._cursor: int | None = None  # the last fired id read: the table's end when first called
 
     async def _take(self):
         import psycopg
@@ -134,6 +134,8 @@ class PostgresTimerTableClient:
         if self._listener is None:
             self._listener = await psycopg.AsyncConnection.connect(self.endpoint.dsn, autocommit=True)
             await self._listener.execute("LISTEN fired")
+            row = await (await self._listener.execute("SELECT coalesce(max(id), 0) FROM fired")).fetchone()
+            self._cursor = row[0]
         deadline = time.monotonic() + wait_s
         while True:
             async with self._listener.cursor() as cur:

@@ -89,7 +89,7 @@ class RedisDelayQueueClient:
         self._redis = aioredis.Redis(host="127.0.0.1", port=endpoint.port,
                                      max_connections=max(1, concurrency) + 2, decode_responses=False)
         self._pop = self._redis.register_script(POP_LUA)
-        self._cursor = b"0-0"
+        self._cursor: bytes | None = None  # where consume() reads from: the stream's end when first called
 
     async def schedule(self, ops: list[ScheduleOp]) -> list[int]:
         start = now_ms()
@@ -101,6 +101,9 @@ class RedisDelayQueueClient:
         return deliver
 
     async def consume(self, max_batch: int, wait_s: float) -> list[Receipt]:
+        if self._cursor is None:
+            last = await self._redis.xrevrange(FIRED, count=1)
+            self._cursor = last[0][0] if last else b"0-0"
         answer = await self._redis.xread({FIRED: self._cursor}, count=max_batch, block=max(1, int(wait_s * 1000)))
         receipts = []
         for _, entries in answer or ():

@@ -1,0 +1,207 @@
+"""Scenario 3: a million timers due at the same instant.
+
+Load them all (batches of 256) with one deliverAt T far enough ahead that the load ends first, then
+watch the drain: fires/s, the lag of each fire (fire instant - T) against how many fired before it
+(it must rise linearly: a steady drain, no stall, no acceleration from skipping), and afterwards
+the log holds exactly the scheduled txns, each once (read back through /api/v1/fetch for ours, the
+stream and the table for the peers). Peak resident memory of every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from bench.plots import drain_lag_curve
+from bench.process_usage import children_of, peak_rss_bytes
+from bench.profiler import profiled
+from bench.report import ScenarioResult, results_dir, today
+from bench.systems import OURS, each_system
+from bench.timer_service import ScheduleOp, TimerService
+
+TIMERS = {False: 1_000_000, True: 20_000}
+BATCH_OPS = 256
+LOAD_CLIENTS = 4
+# The load rate is measured on a first slice; T is set so that the rest of the load, at a rate
+# this many times slower than measured, still ends before T (a loaded machine slows down).
+CALIBRATION_SHARE = 0.05
+LOAD_SLOWDOWN_ALLOWANCE = 2.0
+LOAD_MARGIN_S = 3.0
+# The drain is watched until nothing is pending, for at most this long (60,000 fires/s would take
+# 17 s for a million; a broken drain must end the run, not hang it).
+DRAIN_TIMEOUT_S = {False: 300.0, True: 60.0}
+PENDING_POLL_S = 0.2
+LINEAR_FIT_MIN_R2 = 0.98
+
+
+def linear_fit(points: list[tuple[float, float]]) -> dict:
+    """Least squares lag = a + b * index, and R^2: how straight the lag curve is."""
+    n = len(points)
+    if n < 3:
+        return {"slope_ms_per_1000": None, "r2": None}
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    syy = sum((y - mean_y) ** 2 for _, y in points)
+    slope = sxy / sxx if sxx else 0.0
+    r2 = (sxy * sxy) / (sxx * syy) if sxx and syy else 1.0
+    return {"slope_ms_per_1000": round(slope * 1000 * 1000, 3), "r2": round(r2, 4)}
+
+
+def peak_memory(service: TimerService) -> dict[str, int]:
+    peaks: dict[str, int] = {}
+    for name, pid in service.pids().items():
+        if name == "poller":
+            continue
+        key = name.split("/", 1)[0]
+        try:
+            total = peak_rss_bytes(pid)
+            if name == "postgres":  # the postmaster's backends hold the rows they touched
+                total += sum(peak_rss_bytes(child) for child in children_of(pid))
+        except FileNotFoundError:
+            continue
+        peaks[key] = max(peaks.get(key, 0), total)
+    return peaks
+
+
+def measure(service: TimerService, quick: bool, profile: bool) -> tuple[dict, list]:
+    count = TIMERS[quick]
+
+    async def load() -> dict:
+        client = service.client(LOAD_CLIENTS)
+        try:
+            calibration_calls = max(1, int(count * CALIBRATION_SHARE) // BATCH_OPS)
+            calls_total = (count + BATCH_OPS - 1) // BATCH_OPS
+            deliver_at_target = None
+            deliver_at: dict[str, int] = {}
+
+            def batch_ops(seq: int) -> list[ScheduleOp]:
+                first = seq * BATCH_OPS
+                now_ms = int(time.time() * 1000)
+                return [ScheduleOp(f"m-{i}", deliver_at_target - now_ms, f"m-{i}")
+                        for i in range(first, min(count, first + BATCH_OPS))]
+
+            # Calibration: the same calls, into keys due a day later (they stay pending, apart).
+            async def calibrate(seq: int) -> None:
+                ops = [ScheduleOp(f"cal-{seq}-{i}", 86_400_000, f"cal-{seq}-{i}") for i in range(BATCH_OPS)]
+                await client.schedule(ops)
+
+            started = time.perf_counter()
+            await _each_call(calibration_calls, calibrate)
+            rate = calibration_calls * BATCH_OPS / max(1e-6, time.perf_counter() - started)
+            load_s = count / rate * LOAD_SLOWDOWN_ALLOWANCE + LOAD_MARGIN_S
+            deliver_at_target = int(time.time() * 1000 + load_s * 1000)
+
+            async def load_call(seq: int) -> None:
+                ops = batch_ops(seq)
+                answers = await client.schedule(ops)
+                for op, at in zip(ops, answers):
+                    deliver_at[op.txn] = at
+
+            load_started = time.perf_counter()
+            await _each_call(calls_total, load_call)
+            load_elapsed = time.perf_counter() - load_started
+            return {"deliver_at": deliver_at, "target_ms": deliver_at_target, "calibration_ops_per_s": round(rate),
+                    "load_ops_per_s": round(count / load_elapsed), "load_ended_before_target_s":
+                    round(deliver_at_target / 1000 - time.time(), 2)}
+        finally:
+            await client.close()
+
+    loaded = asyncio.run(load())
+    deliver_at = loaded.pop("deliver_at")
+    target_ms = loaded["target_ms"]
+
+    async def drain_and_read() -> tuple[float | None, list]:
+        client = service.client(1)
+        try:
+            wait_s = target_ms / 1000 - time.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S[quick]
+            drained_after = None
+            with profiled(service, "due_million_drain", DRAIN_TIMEOUT_S[quick], enabled=profile):
+                while time.monotonic() < deadline:
+                    # Calibration timers stay pending, due a day later: count only ours.
+                    if await client.pending() <= calibration_pending:
+                        drained_after = time.time() - target_ms / 1000
+                        break
+                    await asyncio.sleep(PENDING_POLL_S)
+            return drained_after, await client.fired_log()
+        finally:
+            await client.close()
+
+    calibration_pending = asyncio.run(_pending_now(service)) - len(deliver_at)
+    drained_after, log = asyncio.run(drain_and_read())
+    ours = [r for r in log if r.txn.startswith("m-")]
+    counts = Counter(r.txn for r in ours)
+    fire_times = sorted(r.fired_at_ms for r in ours)
+    # The lag curve: the k-th fire's lag (its instant minus its deliverAt), in log order.
+    points = [(k + 1, (r.fired_at_ms - deliver_at.get(r.txn, target_ms)) / 1000) for k, r in enumerate(ours)]
+    drain_s = (fire_times[-1] - fire_times[0]) / 1000 if len(fire_times) > 1 else None
+    figures = {
+        "timers": count, **loaded,
+        "fired_in_log": len(ours), "distinct_in_log": len(counts),
+        "missing": len(set(deliver_at) - set(counts)), "doubled": sum(1 for n in counts.values() if n > 1),
+        "exactly_once": len(counts) == count and len(ours) == count and set(counts) == set(deliver_at),
+        "drain_s": drain_s, "fires_per_s": round(count / drain_s) if drain_s else None,
+        "first_fire_lag_ms": fire_times[0] - target_ms if fire_times else None,
+        "last_fire_lag_ms": fire_times[-1] - target_ms if fire_times else None,
+        "drained_after_s": drained_after, "lag_curve_fit": linear_fit(points),
+        "peak_rss_bytes": peak_memory(service),
+    }
+    return figures, points
+
+
+async def _each_call(calls: int, call) -> None:
+    """call(0..calls-1), LOAD_CLIENTS at a time."""
+    sequence = iter(range(calls))
+
+    async def worker() -> None:
+        for seq in sequence:
+            await call(seq)
+
+    await asyncio.gather(*(worker() for _ in range(LOAD_CLIENTS)))
+
+
+async def _pending_now(service: TimerService) -> int:
+    client = service.client(1)
+    try:
+        return await client.pending()
+    finally:
+        await client.close()
+
+
+def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
+    result = ScenarioResult("due_million", quick)
+    count = TIMERS[quick]
+    curves: dict[str, list] = {}
+    rate = result.figure(f"drain of {count:,} due timers", "fires/s", ">= 60,000 (ours)")
+    exact = result.figure("log holds exactly the txns (none lost, none doubled)", "")
+    missing = result.figure("missing / doubled", "")
+    linear = result.figure("lag curve linear (R^2 of a straight-line fit)", "", ">= 0.98")
+    last = result.figure("lag of the last fire", "s")
+    peak = result.figure("peak RSS per process", "MiB")
+    load = result.figure("load rate (batches of 256)", "timer ops/s")
+
+    def measure_one(service: TimerService) -> dict:
+        figures, points = measure(service, quick, profile and service.name == OURS)
+        curves[service.name] = points
+        print(f"   {service.name}: {figures['fires_per_s']} fires/s, exactly once {figures['exactly_once']}, "
+              f"fit {figures['lag_curve_fit']}", flush=True)
+        return figures
+
+    for name, figures in each_system(names, measure_one):
+        result.details[name] = figures
+        rate.values[name] = figures["fires_per_s"]
+        exact.values[name] = figures["exactly_once"]
+        missing.values[name] = f"{figures['missing']} / {figures['doubled']}"
+        linear.values[name] = figures["lag_curve_fit"]["r2"]
+        last.values[name] = None if figures["last_fire_lag_ms"] is None else round(figures["last_fire_lag_ms"] / 1000, 2)
+        peak.values[name] = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in figures["peak_rss_bytes"].items())
+        load.values[name] = figures["load_ops_per_s"]
+    png = results_dir(quick) / f"{today()}-due_million.png"
+    drain_lag_curve(curves, count, png)
+    result.plots.append(str(png))
+    return result

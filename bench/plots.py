@@ -1,0 +1,63 @@
+"""PNG figures (matplotlib, Agg backend: no display on this machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from bench.report import SHARED_CORES_NOTE  # noqa: E402
+
+# A scatter of more points than this is a blot: keep every n-th sample (the JSON keeps the
+# summaries of all of them).
+MAX_POINTS_PER_SERIES = 4000
+COLORS = {"queen-raft": "tab:blue", "redis": "tab:red", "postgres": "tab:green"}
+
+
+def thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    step = max(1, len(points) // MAX_POINTS_PER_SERIES)
+    return points[::step]
+
+
+def fire_lag_over_time(series: dict[int, dict[str, list[tuple[float, float]]]], path: Path) -> None:
+    """series[rate][system] = [(seconds since the run began, end-to-end lag ms)]."""
+    rates = sorted(series)
+    figure, axes = plt.subplots(len(rates), 1, figsize=(10, 3.2 * len(rates)), squeeze=False)
+    for axis, rate in zip(axes[:, 0], rates):
+        for system, points in series[rate].items():
+            if not points:
+                continue
+            xs, ys = zip(*thin(points))
+            axis.scatter(xs, ys, s=2, alpha=0.5, color=COLORS.get(system), label=system)
+        axis.set_title(f"{rate:,} timers/s: end-to-end fire lag (consumer receipt - deliverAt)")
+        axis.set_xlabel("deliverAt, s since the run began")
+        axis.set_ylabel("lag, ms")
+        axis.set_yscale("symlog", linthresh=10)
+        axis.grid(True, alpha=0.3)
+        axis.legend(loc="upper right", markerscale=4)
+    figure.suptitle(f"Fire lag over time ({SHARED_CORES_NOTE})", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def drain_lag_curve(series: dict[str, list[tuple[float, float]]], count: int, path: Path) -> None:
+    """series[system] = [(fires so far, fire instant - deliverAt in s)]: must be a straight line."""
+    figure, axis = plt.subplots(figsize=(10, 5))
+    for system, points in series.items():
+        if not points:
+            continue
+        xs, ys = zip(*thin(points))
+        axis.plot(xs, ys, color=COLORS.get(system), label=system, linewidth=1.5)
+    axis.set_title(f"{count:,} timers due at one instant: lag of each fire during the drain")
+    axis.set_xlabel("timers fired")
+    axis.set_ylabel("fire instant - deliverAt, s")
+    axis.grid(True, alpha=0.3)
+    axis.legend()
+    figure.text(0.01, 0.01, SHARED_CORES_NOTE, fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
