@@ -23,6 +23,10 @@ Choices where SPEC.md is silent:
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+from typing import Iterator
+
 import msgpack
 import zstandard
 
@@ -71,6 +75,23 @@ def parse_policy(policy: object, code: str) -> FirePolicy:
 def group_name(value: object) -> str:
     require(value is None or isinstance(value, str), "bad_request", "consumerGroup must be a string")
     return QUEUE_MODE_GROUP if value is None else value
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic GC while millions of containers are built or walked.
+
+    Without it every 700 new containers start a collection that walks the young ones, which
+    more than doubles the time of a million-timer snapshot or restore. It changes nothing in the
+    value built, only when garbage is collected.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class TenantState:
@@ -361,6 +382,10 @@ class TenantState:
 
     def snapshot(self) -> bytes:
         """msgpack + zstd; the bytes depend only on the entries applied (every map is sorted)."""
+        with collector_paused():
+            return self._snapshot()
+
+    def _snapshot(self) -> bytes:
         wire = [
             SNAPSHOT_FORMAT_VERSION, self.clock, self.scheduling_paused, self.billed,
             [self.fired[name] for name in FIRE_RESULTS],
@@ -371,6 +396,11 @@ class TenantState:
 
     @classmethod
     def restore(cls, data: bytes) -> TenantState:
+        with collector_paused():
+            return cls._restore(data)
+
+    @classmethod
+    def _restore(cls, data: bytes) -> TenantState:
         packed = zstandard.ZstdDecompressor().decompress(data)
         wire = msgpack.unpackb(packed, raw=False, use_list=True, strict_map_key=False)
         version, clock, paused, billed, fired, timers, broker, kv = wire

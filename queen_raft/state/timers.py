@@ -2,13 +2,13 @@
 
 Layout, chosen for a million pending timers (see bench/state_bench.py for the measured bytes):
 
-- `Timer` is a `__slots__` object. Its queue, key and due instant live only in `due`, the tuple
-  `(dueAt, queue, timerKey)` that is also the entry of the due index, so each is stored once.
-  Queue names, partitions and producerSubs are interned: a million timers of one queue share one
-  string.
+- `Timer` is a `__slots__` object. Queue names, partitions and producerSubs are interned: a
+  million timers of one queue share one string.
 - `by_queue[queue][timerKey] -> Timer` finds a timer; `keys[queue]` (a SortedList of keys) serves
   the keyset listing ordered by timerKey (str order is the order of the UTF-8 bytes); `due` (a
-  SortedList of the due tuples) gives the fire order (dueAt, queue, timerKey) and `next_due_at`.
+  SortedList of `(dueAt, queue, timerKey, timer)`) gives the fire order and `next_due_at`.
+- Snapshot rows are written in due order: the bytes depend only on the pending timers, never on
+  the history of a dict, and a restore rebuilds the due index from an already sorted list.
 
 Choices where SPEC.md is silent:
 
@@ -29,7 +29,9 @@ Choices where SPEC.md is silent:
 from __future__ import annotations
 
 import sys
+from operator import attrgetter
 
+import msgpack
 import zstandard
 from sortedcontainers import SortedList
 
@@ -40,15 +42,17 @@ _intern = sys.intern
 
 
 class Timer:
-    __slots__ = ("due", "partition", "txn", "message_id", "payload", "payload_zstd", "encrypted",
-                 "producer_sub", "attempts", "last_error", "deliver_at", "created_at",
-                 "updated_at")
+    __slots__ = ("due_at", "queue", "key", "partition", "txn", "message_id", "payload",
+                 "payload_zstd", "encrypted", "producer_sub", "attempts", "last_error",
+                 "deliver_at", "created_at", "updated_at")
 
-    def __init__(self, due: tuple, partition: str, txn: str, message_id: str, payload: bytes,
-                 payload_zstd: bool, encrypted: bool, producer_sub: str | None, attempts: int,
-                 last_error: str | None, deliver_at: int, created_at: int,
-                 updated_at: int) -> None:
-        self.due = due
+    def __init__(self, due_at: int, queue: str, key: str, partition: str, txn: str,
+                 message_id: str, payload: bytes, payload_zstd: bool, encrypted: bool,
+                 producer_sub: str | None, attempts: int, last_error: str | None,
+                 deliver_at: int, created_at: int, updated_at: int) -> None:
+        self.due_at = due_at
+        self.queue = queue
+        self.key = key
         self.partition = partition
         self.txn = txn
         self.message_id = message_id
@@ -62,17 +66,14 @@ class Timer:
         self.created_at = created_at
         self.updated_at = updated_at
 
-    def to_wire(self) -> list:
-        due_at, queue, key = self.due
-        return [queue, key, due_at, self.partition, self.txn, self.message_id, self.payload,
-                self.payload_zstd, self.encrypted, self.producer_sub, self.attempts,
-                self.last_error, self.deliver_at, self.created_at, self.updated_at]
+    def due_entry(self) -> tuple:
+        """The timer's entry in the due index (equal to the one stored there)."""
+        return (self.due_at, self.queue, self.key, self)
 
     def peek(self) -> dict:
-        due_at, queue, key = self.due
-        return {"found": True, "queue": queue, "timerKey": key, "partition": self.partition,
-                "deliverAt": self.deliver_at, "dueAt": due_at, "txn": self.txn,
-                "messageId": self.message_id, "payload": self.payload,
+        return {"found": True, "queue": self.queue, "timerKey": self.key,
+                "partition": self.partition, "deliverAt": self.deliver_at, "dueAt": self.due_at,
+                "txn": self.txn, "messageId": self.message_id, "payload": self.payload,
                 "payloadZstd": self.payload_zstd, "encrypted": self.encrypted,
                 "producerSub": self.producer_sub, "attempts": self.attempts,
                 "lastError": self.last_error, "claimed": False, "createdAt": self.created_at,
@@ -85,10 +86,17 @@ class Timer:
         return row
 
 
+# A snapshot row: every slot, in slot order, gathered in C.
+_TIMER_ROW = attrgetter(*Timer.__slots__)
+
+
 class TimerTable:
     def __init__(self) -> None:
         self.by_queue: dict[str, dict[str, Timer]] = {}
         self.keys: dict[str, SortedList] = {}
+        # Entries (dueAt, queue, timerKey, timer): ordered by the first three, which are unique
+        # per pending timer, so the Timer itself is never compared; it is there so a fire or a
+        # snapshot walks the index without a dict lookup per timer.
         self.due = SortedList()
         self.count = 0
 
@@ -97,23 +105,22 @@ class TimerTable:
         return None if timers is None else timers.get(key)
 
     def insert(self, timer: Timer) -> None:
-        _, queue, key = timer.due
+        queue = timer.queue
         timers = self.by_queue.get(queue)
         if timers is None:
             timers = self.by_queue[queue] = {}
             self.keys[queue] = SortedList()
-        timers[key] = timer
-        self.keys[queue].add(key)
-        self.due.add(timer.due)
+        timers[timer.key] = timer
+        self.keys[queue].add(timer.key)
+        self.due.add((timer.due_at, queue, timer.key, timer))
         self.count += 1
 
     def remove(self, timer: Timer) -> None:
-        _, queue, key = timer.due
+        queue, key = timer.queue, timer.key
         timers = self.by_queue[queue]
         del timers[key]
-        self.due.remove(timer.due)
-        keys = self.keys[queue]
-        keys.remove(key)
+        self.due.remove(timer.due_entry())
+        self.keys[queue].remove(key)
         self.count -= 1
         if not timers:
             del self.by_queue[queue]
@@ -130,23 +137,20 @@ class TimerTable:
             self.keys[queue] = SortedList()
         old = timers.get(key)
         if old is None:
-            due = (deliver_at, queue, key)
-            timer = timers[key] = Timer(due, _intern(partition), txn, message_id, payload,
-                                        payload_zstd, encrypted, producer_sub, 0, None,
-                                        deliver_at, now, now)
+            timer = timers[key] = Timer(deliver_at, queue, key, _intern(partition), txn,
+                                        message_id, payload, payload_zstd, encrypted,
+                                        producer_sub, 0, None, deliver_at, now, now)
             self.keys[queue].add(key)
-            self.due.add(due)
+            self.due.add((deliver_at, queue, key, timer))
             self.count += 1
             return timer, False
-        due = old.due
-        if due[0] != deliver_at:
-            self.due.remove(due)
-            due = (deliver_at, queue, due[2])
-            self.due.add(due)
+        key = old.key
+        self.due.remove(old.due_entry())
         # A reschedule keeps createdAt: the key has been pending since then.
-        timer = timers[key] = Timer(due, _intern(partition), txn, message_id, payload,
-                                    payload_zstd, encrypted, producer_sub, 0, None, deliver_at,
-                                    old.created_at, now)
+        timer = timers[key] = Timer(deliver_at, queue, key, _intern(partition), txn, message_id,
+                                    payload, payload_zstd, encrypted, producer_sub, 0, None,
+                                    deliver_at, old.created_at, now)
+        self.due.add((deliver_at, queue, key, timer))
         return timer, True
 
     def next_due_at(self) -> int | None:
@@ -159,12 +163,10 @@ class TimerTable:
         a payload larger than the byte bound cannot wedge everything behind it.
         """
         taken: list[Timer] = []
-        by_queue = self.by_queue
         total = 0
-        for due in self.due.islice(0, max_count):
-            if due[0] > now:
+        for due_at, _, _, timer in self.due.islice(0, max_count):
+            if due_at > now:
                 break
-            timer = by_queue[due[1]][due[2]]
             size = len(timer.payload)
             if taken and total + size > max_bytes:
                 break
@@ -172,23 +174,25 @@ class TimerTable:
             taken.append(timer)
         if taken:
             del self.due[:len(taken)]
+            by_queue, keys = self.by_queue, self.keys
             for timer in taken:
-                _, queue, key = timer.due
+                queue = timer.queue
                 timers = by_queue[queue]
-                del timers[key]
-                self.keys[queue].remove(key)
+                del timers[timer.key]
+                keys[queue].remove(timer.key)
                 if not timers:
                     del by_queue[queue]
-                    del self.keys[queue]
+                    del keys[queue]
             self.count -= len(taken)
         return taken
 
     def take(self, timers: list[Timer]) -> list[Timer]:
         """Remove the given timers (the due schedules of one entry) in fire order."""
-        timers = sorted(timers, key=lambda timer: timer.due)
-        for timer in timers:
+        entries = sorted(timer.due_entry()[:3] + (index,) for index, timer in enumerate(timers))
+        ordered = [timers[entry[3]] for entry in entries]
+        for timer in ordered:
             self.remove(timer)
-        return timers
+        return ordered
 
     def list(self, queue: str, after: str | None, limit: int) -> dict:
         keys = self.keys.get(queue)
@@ -202,33 +206,55 @@ class TimerTable:
         return {"rows": [timers[key].row() for key in page], "truncated": truncated,
                 "nextAfter": page[-1] if truncated else None}
 
-    def to_wire(self) -> list:
-        by_queue = self.by_queue
-        return [by_queue[queue][key].to_wire() for _, queue, key in self.due]
+    def to_wire(self) -> bytes:
+        """msgpack of every timer's row, in due order (so the bytes depend on the value alone).
+
+        Rows are tuples gathered by `attrgetter` from the due index (C speed, no lookup per
+        timer) and travel as their own msgpack blob, so they unpack as tuples while the rest of
+        the snapshot keeps lists.
+        """
+        return msgpack.packb(list(map(_TIMER_ROW, [entry[3] for entry in self.due])),
+                             use_bin_type=True)
 
     @classmethod
-    def from_wire(cls, wire: list) -> TimerTable:
-        """Rebuild from rows in due order: the indexes are built sorted, not by inserts."""
+    def from_wire(cls, blob: bytes) -> TimerTable:
+        """Rebuild from rows in due order: the due index is built from a sorted list.
+
+        Column by column with `map` and `zip` (C loops) rather than one Python loop per row: a
+        million-timer restore spends most of its time here.
+        """
+        rows = msgpack.unpackb(blob, use_list=False, raw=False)
         table = cls()
+        if not rows:
+            return table
+        (due_ats, queues, keys, partitions, txns, message_ids, payloads, zstds, encrypteds,
+         subs, attempts, last_errors, deliver_ats, created, updated) = zip(*rows)
+        del rows
+        queues = list(map(_intern, queues))
+        timers = list(map(
+            Timer, due_ats, queues, keys, map(_intern, partitions), txns, message_ids, payloads,
+            zstds, encrypteds, map(_intern_optional, subs), attempts, last_errors,
+            map(_shared_instant, deliver_ats, due_ats), created, updated))
         by_queue = table.by_queue
-        dues = []
-        for (queue, key, due_at, partition, txn, message_id, payload, payload_zstd, encrypted,
-             producer_sub, attempts, last_error, deliver_at, created_at, updated_at) in wire:
-            queue = _intern(queue)
-            due = (due_at, queue, key)
-            timers = by_queue.get(queue)
-            if timers is None:
-                timers = by_queue[queue] = {}
-            timers[key] = Timer(due, _intern(partition), txn, message_id, payload, payload_zstd,
-                                encrypted, producer_sub if producer_sub is None
-                                else _intern(producer_sub), attempts, last_error,
-                                due_at if deliver_at == due_at else deliver_at, created_at,
-                                updated_at)
-            dues.append(due)
-        table.due = SortedList(dues)
-        table.keys = {queue: SortedList(timers) for queue, timers in by_queue.items()}
-        table.count = len(dues)
+        for queue, key, timer in zip(queues, keys, timers):
+            timers_of_queue = by_queue.get(queue)
+            if timers_of_queue is None:
+                timers_of_queue = by_queue[queue] = {}
+            timers_of_queue[key] = timer
+        table.due = SortedList(zip(due_ats, queues, keys, timers))
+        table.keys = {queue: SortedList(timers_of_queue)
+                      for queue, timers_of_queue in by_queue.items()}
+        table.count = len(timers)
         return table
+
+
+def _intern_optional(name: str | None) -> str | None:
+    return name if name is None else _intern(name)
+
+
+def _shared_instant(deliver_at: int, due_at: int) -> int:
+    """deliverAt, as the dueAt object when equal: one int object per timer instead of two."""
+    return due_at if deliver_at == due_at else deliver_at
 
 
 def decompress_bounded(payload: bytes, limit: int) -> bytes | str:
@@ -261,7 +287,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     lags = tally.lags
     queues = broker.queues
     for timer in timers:
-        _, queue_name, key = timer.due
+        queue_name, key = timer.queue, timer.key
         queue = queues.get(queue_name) or broker.queue(queue_name)
         partition = queue.partitions.get(timer.partition) or queue.partition(timer.partition)
         partition.prune(now, queue.retention_ms)
@@ -304,6 +330,6 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             due_at = now + min(policy.backoff_min_ms * 2 ** (timer.attempts - 1),
                                policy.backoff_max_ms)
         tally.failed += 1
-        timer.due = (due_at, queue_name, key)
+        timer.due_at = due_at
         table.insert(timer)
     return tally
