@@ -18,13 +18,33 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 
 import pysyncobj.syncobj
-from pysyncobj.journal import FileJournal, MemoryJournal, MetaStorer
+from pysyncobj.journal import (
+    FIRST_RECORD_OFFSET,
+    LAST_RECORD_OFFSET_OFFSET,
+    FileJournal,
+    MemoryJournal,
+    MetaStorer,
+    ResizableFile,
+)
 from pysyncobj.pickle import dumps as pysyncobj_dumps
+from pysyncobj.pickle import to_bytes
 
 log = logging.getLogger(__name__)
+
+
+# The compacted journal is written here, then renamed over the journal.
+COMPACTION_SUFFIX = ".compacting"
+
+
+def encode_journal_record(command: bytes, idx: int, term: int) -> bytes:
+    """One record in FileJournal's format: <I len, <QQ idx term, command, <I len (as its add())."""
+    body = struct.pack("<QQ", idx, term) + to_bytes(command)
+    length = struct.pack("<I", len(body))
+    return length + body + length
 
 
 def fsync_path(path: str) -> None:
@@ -55,16 +75,24 @@ class DurableMetaStorer(MetaStorer):
 
 
 class CompactionGuardedJournal(FileJournal):
-    """FileJournal that refuses to compact past its own end.
+    """FileJournal whose compaction can neither cut past the end nor lose the tail on a crash.
 
-    Seen once under a follower burst with compaction running: a snapshot install shrank the log
-    while a local compaction was pending, then deleteEntriesTo(serializeID) cut past the end, the log
-    became empty and every tick raised IndexError. Keeping the entries is harmless: the snapshot
-    covers them and the next compaction removes them.
+    - Past the end: seen once under a follower burst with compaction running, a snapshot install
+      shrank the log while a local compaction was pending, then deleteEntriesTo(serializeID) cut
+      past the end, the log became empty and every tick raised IndexError. We keep the entries: the
+      snapshot covers them and the next compaction removes them.
+    - Crash safety: stock deleteEntriesTo rewrites the journal in place (header reset to empty, then
+      each kept entry re-added), so a kill -9 in the middle leaves only part of the un-snapshotted
+      tail. We write the kept entries to a new file and rename it over the journal: a crash leaves
+      either the old journal or the new one, both whole.
     """
+
+    # Durable compaction (flush the new file, fsync the directory) only in group mode.
+    durable = False
 
     def __init__(self, journalFile, fullDumpFile=None):
         super().__init__(journalFile)
+        self.journal_path = journalFile
         self.full_dump_file = fullDumpFile
         self.compactions_refused = 0
         # Bytes of commands in the log (pysyncobj keeps them all in RAM too): the transport forces
@@ -88,11 +116,37 @@ class CompactionGuardedJournal(FileJournal):
             self.compactions_refused += 1
             log.warning("refused to compact the journal to %d past its end (%d entries)", entryTo, len(self))
             return
-        super().deleteEntriesTo(entryTo)
+        self._before_compaction()
+        kept = self._FileJournal__journal[entryTo:]
+        tmp_path = self.journal_path + COMPACTION_SUFFIX
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)  # left by a crash during an earlier compaction
+        new_file = ResizableFile(tmp_path, defaultContent=self._FileJournal__getDefaultHeader())
+        offset = FIRST_RECORD_OFFSET
+        for command, idx, term in kept:
+            record = encode_journal_record(command, idx, term)
+            new_file.write(offset, record)
+            offset += len(record)
+        new_file.write(LAST_RECORD_OFFSET_OFFSET, struct.pack("<I", offset))
+        if self.durable:
+            new_file.flush()
+        os.replace(tmp_path, self.journal_path)
+        if self.durable:
+            fsync_directory_of(self.journal_path)
+        self._FileJournal__journalFile._destroy()
+        self._FileJournal__journalFile = new_file
+        self._FileJournal__journal = kept
+        self._FileJournal__currentOffset = offset
+        self.size_bytes = sum(len(entry[0]) for entry in kept)
+
+    def _before_compaction(self) -> None:
+        pass
 
 
 class GroupCommitJournal(CompactionGuardedJournal):
     """Marks itself dirty on every change; flush_if_dirty() makes the changes durable (msync)."""
+
+    durable = True
 
     def __init__(self, journalFile, fullDumpFile=None):
         super().__init__(journalFile, fullDumpFile)
@@ -104,16 +158,28 @@ class GroupCommitJournal(CompactionGuardedJournal):
         super().add(command, idx, term)
         self.dirty = True
 
-    def clear(self):
-        # pysyncobj clears the journal in two places, both right after a snapshot file was renamed
-        # into place without fsync: compaction (deleteEntriesTo, after the forked child wrote it)
-        # and a snapshot installed from the leader (the received file). Make the snapshot durable
-        # before the journal forgets what it covers.
+    def _make_snapshot_durable(self) -> None:
         if self.full_dump_file and os.path.exists(self.full_dump_file):
             fsync_path(self.full_dump_file)
             fsync_directory_of(self.full_dump_file)
+
+    def clear(self):
+        # pysyncobj clears the journal when it installs a snapshot sent by the leader, right after
+        # renaming the received file into place without fsync. Make the snapshot durable before
+        # the journal forgets what it covers.
+        self._make_snapshot_durable()
         super().clear()
         self.dirty = True
+
+    def _before_compaction(self) -> None:
+        # Compaction runs right after the forked child renamed the new snapshot into place without
+        # fsync: the same rule.
+        self._make_snapshot_durable()
+
+    def deleteEntriesTo(self, entryTo):
+        super().deleteEntriesTo(entryTo)
+        # The rewritten journal was flushed before the rename: nothing of it is pending any more.
+        self.dirty = False
 
     def deleteEntriesFrom(self, entryFrom):
         super().deleteEntriesFrom(entryFrom)
@@ -131,7 +197,6 @@ class GroupCommitJournal(CompactionGuardedJournal):
 _JOURNAL_KINDS = {"group": GroupCommitJournal, "off": CompactionGuardedJournal}
 _registry_lock = threading.Lock()
 _registered: dict[str, tuple[type, str | None]] = {}  # journal path -> (class, full dump path)
-_STOCK_CREATE_JOURNAL = pysyncobj.syncobj.createJournal
 
 
 def register_journal(journal_file: str, fsync: str, full_dump_file: str | None) -> None:

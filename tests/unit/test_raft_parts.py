@@ -289,3 +289,37 @@ def test_a_log_over_the_byte_bound_forces_a_compaction(monkeypatch):
     journal.size_bytes = LOG_COMPACTION_MAX_BYTES + 1
     transport._onTick()
     assert forced == [True] and transport.compaction_requests == 1
+
+
+@pytest.mark.parametrize("kind", [CompactionGuardedJournal, GroupCommitJournal])
+def test_compaction_rewrites_the_journal_atomically_in_the_stock_format(tmp_path, kind):
+    path = str(tmp_path / "j")
+    journal = kind(path, None)
+    entries = [(b"\x00" + bytes([i]) * (i * 100), i, 1 + i // 4) for i in range(1, 11)]
+    for entry in entries:
+        journal.add(*entry)
+    with open(path + ".compacting", "wb") as stale:
+        stale.write(b"left by a crash")
+    journal.deleteEntriesTo(6)
+    assert [tuple(e) for e in journal] == entries[6:]
+    journal.add(b"\x00new", 11, 4)  # appends continue after the rewritten records
+    journal._destroy()
+    assert not os.path.exists(path + ".compacting")
+    reopened = FileJournal(path)  # pysyncobj's own reader agrees
+    assert [tuple(e) for e in reopened] == entries[6:] + [(b"\x00new", 11, 4)]
+
+
+def test_a_crash_during_compaction_leaves_the_old_journal_whole(tmp_path, monkeypatch):
+    path = str(tmp_path / "j")
+    journal = CompactionGuardedJournal(path)
+    entries = [(b"\x00" + bytes([i]) * 50, i, 1) for i in range(1, 8)]
+    for entry in entries:
+        journal.add(*entry)
+
+    def crash(*args):
+        raise KeyboardInterrupt("killed between writing the new journal and renaming it")
+
+    monkeypatch.setattr("queen_raft.raft.journal.os.replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        journal.deleteEntriesTo(4)
+    assert [tuple(e) for e in FileJournal(path)] == entries  # the journal on disk is untouched

@@ -234,6 +234,27 @@ def test_file_journal_members_we_override_exist():
     assert "self.__mm.flush()" in source(pysyncobj.journal.ResizableFile.flush)
 
 
+def test_file_journal_internals_our_compaction_rewrites_exist(tmp_path):
+    FileJournal = pysyncobj.journal.FileJournal
+    # Our atomic compaction writes records in add()'s format and swaps these private fields.
+    add = source(FileJournal.add)
+    for line in (
+        "cmdData = struct.pack('<QQ', idx, term) + to_bytes(command)",
+        "cmdLenData = struct.pack('<I', len(cmdData))",
+        "cmdData = cmdLenData + cmdData + cmdLenData",
+        "self.__setLastRecordOffset(self.__currentOffset)",
+    ):
+        assert line in add, line
+    assert "struct.pack('<I', offset)" in source(FileJournal._FileJournal__setLastRecordOffset)
+    journal = FileJournal(str(tmp_path / "j"))
+    for name in ("__journal", "__journalFile", "__currentOffset"):
+        assert hasattr(journal, "_FileJournal" + name), name
+    assert callable(journal._FileJournal__getDefaultHeader)
+    assert params(pysyncobj.journal.ResizableFile.__init__) == ["self", "fileName", "initialSize", "resizeFactor", "defaultContent"]
+    assert pysyncobj.journal.LAST_RECORD_OFFSET_OFFSET == 36 and pysyncobj.journal.FIRST_RECORD_OFFSET == 40
+    journal._destroy()
+
+
 def test_journal_factory_install_replaces_the_module_global():
     install_journal_factory()
     assert pysyncobj.syncobj.createJournal is create_journal
