@@ -165,15 +165,46 @@ def _possibly_removes(other: Operation, target_txn: str) -> bool:
     return False
 
 
+def _shows_not_pending(facts: _TimerFacts, witness: Operation, txn: str) -> bool:
+    """An ok answer proving `txn` was not pending at the witness's linearization point (a key holds
+    one pending timer, and a txn that left never comes back)."""
+    if witness.type != OK:
+        return False
+    result = _result(witness)
+    status = result.get("status")
+    if witness.f == "schedule":
+        if status == "scheduled":
+            return True
+        replaced = facts.replaced_txn(witness) if status == "rescheduled" else None
+        return replaced is not None and replaced != txn
+    if witness.f == "cancel":
+        return status == "absent" or (status == "cancelled" and result.get("txn") not in (None, txn))
+    if witness.f == "peek":
+        return not result.get("found") or result.get("txn") != txn
+    return False
+
+
 def _check_loss(facts: _TimerFacts, log_complete: bool) -> dict:
+    """Every ok schedule is in the log unless an operation may have removed it while pending.
+
+    An operation X may have removed schedule S's timer when X is possibly applied, is a cancel or a
+    replacing schedule, is not entirely before S, and began before any ok answer entirely after S
+    proved S's timer no longer pending (then X came too late to remove it).
+    """
     problems = []
     judged = 0
     for txn, schedule in facts.schedules.items():
         if schedule.type != OK:
             continue
         key = schedule.value["key"]
+        proof_times = [w.complete_time for w in facts.by_key[key]
+                       if w is not schedule and _entirely_before(schedule, w) and _shows_not_pending(facts, w, txn)]
+        gone_by = min(proof_times, default=None)
         superseded = any(
             other is not schedule and not _entirely_before(other, schedule) and _possibly_removes(other, txn)
+            and (gone_by is None or other.invoke_time < gone_by)
+            and not (other.f == "schedule" and other.type == OK
+                     and facts.replaced_txn(other) not in (None, txn))
             for other in facts.by_key[key]
         )
         if superseded:

@@ -3,9 +3,14 @@
 - 2xx: `ok`, the body is the answer.
 - 4xx: `fail`, the node refused the call before proposing anything (SPEC.md's gates).
 - 503 `timers_disabled`: `fail` (the operator's pause gate, checked before any proposal).
-- any other 5xx, a timeout, a refused or dropped connection: `info`. A 503 `timers_unavailable` can
-  mean "not committed within the commit timeout", and such an entry may still commit later; a
-  connection error is `info` by the team's rule even when the request may never have left.
+- 503 whose reason is one the Raft layer raises before anything is proposed or forwarded
+  (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/group.py and pysyncobj's
+  MISSING_LEADER path, which neither logs nor sends the command): `fail`. The reason is read from
+  the message text until the API gives it a field of its own; text we do not recognise stays `info`.
+- a TCP connect that was refused (aiohttp's ClientConnectorError): `fail`, as in Jepsen: no byte of
+  the request left the harness.
+- any other 5xx, a timeout, a connection dropped after connecting: `info`. A 503 for a commit
+  timeout or a leader change means the entry may still commit later.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from jepsen.history import FAIL, INFO, OK
 REQUEST_TIMEOUT_S = 8.0
 # 5xx error codes that are refusals made before any proposal: certainly not applied.
 DEFINITE_5XX_ERRORS = {"timers_disabled"}
+# GroupUnavailable reasons raised before the command is proposed or forwarded (certainly not
+# applied). leader_changed and timeout are left out: their entry may still commit.
+NOT_PROPOSED_REASONS = ("no_leader", "busy", "queue_full")
+UNAVAILABLE_REASON_MARK = "cannot answer now ("
 
 
 @dataclass
@@ -44,7 +53,23 @@ def classify(status: int, body: Any) -> str:
         return FAIL
     if isinstance(body, dict) and body.get("error") in DEFINITE_5XX_ERRORS:
         return FAIL
+    if status == 503 and unavailable_reason(body) in NOT_PROPOSED_REASONS:
+        return FAIL
     return INFO
+
+
+def unavailable_reason(body: Any) -> str | None:
+    """The Raft layer's reason in a 503 body's message ("... cannot answer now (no_leader) ...")."""
+    if not isinstance(body, dict):
+        return None
+    reason = body.get("reason")
+    if isinstance(reason, str):
+        return reason
+    message = body.get("message")
+    if not isinstance(message, str) or UNAVAILABLE_REASON_MARK not in message:
+        return None
+    tail = message.split(UNAVAILABLE_REASON_MARK, 1)[1]
+    return tail.split(")", 1)[0].split(":", 1)[0].strip()
 
 
 class NodeClient:
@@ -73,6 +98,9 @@ class NodeClient:
                 return Outcome(classify(response.status, parsed), response.status, parsed)
         except asyncio.TimeoutError:
             return Outcome(INFO, None, {"error": "timeout"})
+        except aiohttp.ClientConnectorError as error:
+            # connect() failed: nothing was sent.
+            return Outcome(FAIL, None, {"error": "connect_failed", "message": str(error)[:200]})
         except aiohttp.ClientError as error:
             return Outcome(INFO, None, {"error": type(error).__name__, "message": str(error)[:200]})
         except OSError as error:
