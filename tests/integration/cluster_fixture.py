@@ -8,6 +8,7 @@ module (`from cluster_fixture import node_cluster`) to use it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -40,8 +41,13 @@ NODE_STOP_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 10.0
 POLL_INTERVAL_S = 0.05
 # Raft ports are raft_port + tenant index, so each node needs a free run of len(TENANTS) ports.
-RAFT_PORT_RANGE = (20_000, 60_000)
+# Below Linux's ephemeral range (32768-60999): a port picked there can be taken, between the
+# probe and the node's bind, by any outgoing connection or any bind(0) of a concurrent test.
+PORT_RANGE = (20_000, 32_000)
 PORT_PICK_ATTEMPTS = 200
+# A port can still be taken between the probe and the bind by another test on this machine: the
+# cluster is started again on fresh ports this many times before the fixture gives up.
+START_ATTEMPTS = 3
 
 
 def _port_free(port: int) -> bool:
@@ -61,13 +67,13 @@ def pick_port_runs(count: int, run_length: int) -> list[int]:
     for _ in range(PORT_PICK_ATTEMPTS):
         if len(bases) == count:
             return bases
-        base = random.randrange(*RAFT_PORT_RANGE)
+        base = random.randrange(*PORT_RANGE)
         run = set(range(base, base + run_length))
         if run & taken or not all(_port_free(p) for p in run):
             continue
         taken |= run
         bases.append(base)
-    raise RuntimeError(f"no {count} free runs of {run_length} ports in {RAFT_PORT_RANGE}")
+    raise RuntimeError(f"no {count} free runs of {run_length} ports in {PORT_RANGE}")
 
 
 def http_call(url: str, method: str = "GET", token_text: str | None = None, body: Any = None,
@@ -84,7 +90,7 @@ def http_call(url: str, method: str = "GET", token_text: str | None = None, body
             status, headers, payload = response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as exc:
         status, headers, payload = exc.code, dict(exc.headers), exc.read()
-    except (ConnectionError, urllib.error.URLError, socket.timeout):
+    except (ConnectionError, urllib.error.URLError, http.client.HTTPException, socket.timeout):
         return 0, {}, None
     if not payload:
         return status, headers, None
@@ -105,6 +111,7 @@ class NodeCluster:
         self.processes: dict[str, subprocess.Popen] = {}
         self.http_ports: dict[str, int] = {}
         self.raft_ports: dict[str, int] = {}
+        self.data_dir = self.workdir / "data"
 
     # -- config ---------------------------------------------------------------------------------
 
@@ -113,7 +120,7 @@ class NodeCluster:
         for i, node_id in enumerate(self.node_ids):
             self.http_ports[node_id] = bases[2 * i]
             self.raft_ports[node_id] = bases[2 * i + 1]
-        lines = ["[cluster]", 'name = "test"', f'data_dir = "{self.workdir / "data"}"', ""]
+        lines = ["[cluster]", 'name = "test"', f'data_dir = "{self.data_dir}"', ""]
         for node_id in self.node_ids:
             lines += ["[[nodes]]", f'id = "{node_id}"', 'host = "127.0.0.1"',
                       f"http_port = {self.http_ports[node_id]}", f"raft_port = {self.raft_ports[node_id]}", ""]
@@ -146,10 +153,18 @@ class NodeCluster:
 
     def start(self) -> "NodeCluster":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.write_config()
-        for node_id in self.node_ids:
-            self.start_node(node_id)
-        self.wait_ready()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.data_dir = self.workdir / f"data-{attempt}"  # a failed attempt's journals stay out of the way
+            self.write_config()
+            for node_id in self.node_ids:
+                self.start_node(node_id)
+            try:
+                self.wait_ready()
+                return self
+            except RuntimeError:
+                self.stop()
+                if attempt == START_ATTEMPTS:
+                    raise
         return self
 
     def health(self, node_id: str) -> tuple[int, Any]:
@@ -167,7 +182,8 @@ class NodeCluster:
                     raise RuntimeError(f"node {node_id} exited:\n{self.log_tail(node_id)}")
             answers = {n: self.health(n) for n in node_ids}
             last = answers
-            if all(status == 200 for status, _ in answers.values()):
+            # The node id in the answer proves it is our node on that port, not another test's server.
+            if all(status == 200 and body.get("node") == n for n, (status, body) in answers.items()):
                 leaders = {(t, g["leader"]) for _, body in answers.values() for t, g in body["groups"].items()}
                 if len(leaders) == len(TENANTS):
                     return
