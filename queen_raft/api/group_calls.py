@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, TypeVar
 
 from queen_raft.api.errors import ApiError, retry_after_header
-from queen_raft.raft import GroupUnavailable
+from queen_raft.raft import EntryTooLarge, GroupUnavailable
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ async def propose(serving, tenant: str, command: dict, unavailable_code: str) ->
         result = await group.propose(command)
     except GroupUnavailable as exc:
         raise unavailable(unavailable_code, exc) from None
-    except ValueError as exc:  # the group refuses an entry over its size cap before proposing it
+    except EntryTooLarge as exc:  # refused before proposing: pysyncobj corrupts entries past its cap
         raise ApiError(413, "payload_too_large", f"the call is too large for one log entry: {exc}") from None
     serving.metrics.commit_seconds.observe(time.perf_counter() - started)
     return result

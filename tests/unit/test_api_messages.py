@@ -208,3 +208,15 @@ async def test_parked_consumers_woken_by_one_message_propose_one_pop():
         assert sorted(status for status, _, _ in answers) == [200, 204, 204, 204, 204]
         assert [c["op"] for c in api.groups["acme"].writes()] == ["push", "pop"]
         assert len(api.serving.pop_turns) == 0
+
+
+async def test_an_entry_over_the_raft_cap_is_413():
+    from queen_raft.raft import EntryTooLarge
+
+    async with ApiHarness() as api:
+        async def refuse(command):
+            raise EntryTooLarge("entry of 9000000 bytes exceeds MAX_ENTRY_BYTES")
+
+        api.groups["acme"].propose = refuse
+        status, _, body = await push(api, [{"queue": "q", "payload": 1}])
+        assert (status, body["error"]) == (413, "payload_too_large")
