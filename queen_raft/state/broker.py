@@ -49,27 +49,9 @@ from .partition import (
     Partition,
 )
 from .queue import Queue, validate_options
+from .refusal import is_int, require
 
 ACK_STATUSES = frozenset({"completed", "failed", "retry", "dlq"})
-
-
-class Refusal(Exception):
-    """A command refused whole; raised only while validating, before anything changed."""
-
-    def __init__(self, code: str, message: str, index: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.index = index
-
-
-def require(condition: bool, code: str, message: str, index: int | None = None) -> None:
-    if not condition:
-        raise Refusal(code, message, index)
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def validate_push_item(item: object, index: int) -> None:

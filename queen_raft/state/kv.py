@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from .broker import Refusal, is_int, require
 from .limits import MS_PER_SECOND
+from .refusal import is_int, require
 
 KV_OPS = frozenset({"get", "put", "putIfAbsent", "delete", "incr", "check"})
 

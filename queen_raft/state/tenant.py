@@ -30,7 +30,7 @@ from typing import Iterator
 import msgpack
 import zstandard
 
-from .broker import Broker, Refusal, is_int, require, validate_ack_item, validate_push_item
+from .broker import Broker, validate_ack_item, validate_push_item
 from .kv import KvStore, validate_kv_op
 from .limits import (
     DEFAULT_FIRE_POLICY,
@@ -47,6 +47,7 @@ from .limits import (
 )
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
+from .refusal import Refusal, is_int, require
 from .timer_ops import apply_timer_ops, check_quota, validate_timer_ops
 from .timers import FireTally, TimerTable, fire
 

@@ -5,8 +5,8 @@ Validation raises `Refusal` before anything changes; `apply_timer_ops` cannot fa
 
 from __future__ import annotations
 
-from .broker import Refusal, is_int, require
 from .limits import DEFAULT_PARTITION
+from .refusal import Refusal, is_int, require
 from .timers import Timer, TimerTable
 
 SCHEDULE_OPS = frozenset({"schedule", "reschedule"})
