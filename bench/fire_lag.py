@@ -56,7 +56,7 @@ def measure_rate(service: TimerService, rate: int, duration_s: float, profile: b
     consumer = ConsumerProcess(service.endpoint, expected, time.time() + duration_s + DELAY_MS / 1000 + DRAIN_MARGIN_S,
                                prefix)
     consumer.start()
-    cpu = CpuWindow(service.pids())
+    cpu = CpuWindow(service.pids)
 
     async def schedule() -> object:
         client = service.client(8)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import Callable
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -48,26 +48,37 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-@dataclass
 class CpuWindow:
-    """CPU used by a set of processes between start() and stop(), as a share of one core."""
+    """CPU used by a system's processes between start() and stop(), as a share of one core.
 
-    pids: dict[str, int]
-    started_cpu: dict[str, float] | None = None
-    started_at: float = 0.0
+    The processes are listed again at stop(): one that appeared inside the window (a PostgreSQL
+    backend for a new connection) is counted from zero; one that left it is dropped.
+    """
+
+    def __init__(self, pids_source: Callable[[], dict[str, int]] | dict[str, int]):
+        self._source = pids_source if callable(pids_source) else (lambda: dict(pids_source))
+        self._started_cpu: dict[int, float] = {}
+        self._started_at = 0.0
+
+    def _sample(self) -> dict[str, tuple[int, float]]:
+        found = {}
+        for name, pid in self._source().items():
+            try:
+                found[name] = (pid, cpu_seconds(pid))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        return found
 
     def start(self, now_s: float) -> None:
-        self.started_cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-        self.started_at = now_s
+        self._started_cpu = {pid: cpu for pid, cpu in self._sample().values()}
+        self._started_at = now_s
 
     def stop(self, now_s: float) -> dict[str, float]:
-        """{name: cores used} (1.0 = one full core) over the window."""
-        assert self.started_cpu is not None, "stop() before start()"
-        elapsed = max(1e-9, now_s - self.started_at)
-        used = {}
-        for name, pid in self.pids.items():
-            try:
-                used[name] = round((cpu_seconds(pid) - self.started_cpu[name]) / elapsed, 3)
-            except FileNotFoundError:  # the process died inside the window (failover)
-                used[name] = None
-        return used
+        """{name: cores used} (1.0 = one full core) over the window; "postgres/<pid>" backends are
+        added into "postgres"."""
+        elapsed = max(1e-9, now_s - self._started_at)
+        used: dict[str, float] = {}
+        for name, (pid, cpu) in self._sample().items():
+            key = name.split("/", 1)[0]
+            used[key] = used.get(key, 0.0) + (cpu - self._started_cpu.get(pid, 0.0)) / elapsed
+        return {name: round(cores, 3) for name, cores in used.items()}

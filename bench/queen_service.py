@@ -7,6 +7,7 @@ config, stopped by PID), reused as it is.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -183,6 +184,17 @@ class QueenCluster:
 
     def stop(self) -> None:
         self.cluster.stop()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def node_data_dir(self, node_id: str) -> Path:
+        return Path(getattr(self.cluster, "data_dir", self._workdir / "data")) / node_id
+
+    def pending_on(self, node_id: str) -> int | None:
+        """queen_timers_pending as this node's own replica counts it."""
+        for line in self.metrics_text(node_id).splitlines():
+            if line.startswith("queen_timers_pending{") and f'tenant="{TENANT}"' in line:
+                return int(float(line.rsplit(" ", 1)[1]))
+        return None
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.cluster.processes.items() if p.poll() is None}

@@ -41,7 +41,7 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
                 return BATCH_OPS
 
             await closed_loop(single, SINGLE_OP_CLIENTS, min(1.0, duration / 3))  # warm-up: connections, caches
-            cpu = CpuWindow(service.pids())
+            cpu = CpuWindow(service.pids)
             cpu.start(time.monotonic())
             with profiled(service, "schedule_single", duration, enabled=profile):
                 single_run = await closed_loop(single, SINGLE_OP_CLIENTS, duration)

@@ -113,13 +113,19 @@ class PostgresTimerTableClient:
         return conn
 
     async def _run(self, sql: str, params: dict, fetch: bool = True) -> list:
+        import psycopg
+
         conn = await self._take()
         try:
             async with conn.cursor() as cur:
                 await cur.execute(sql, params, prepare=True)
-                return await cur.fetchall() if fetch else []
-        finally:
-            self._idle.append(conn)
+                rows = await cur.fetchall() if fetch else []
+        except psycopg.OperationalError:  # the server went away: drop the connection, the caller retries
+            self._all.remove(conn)
+            await conn.close()
+            raise
+        self._idle.append(conn)
+        return rows
 
     async def schedule(self, ops: list[ScheduleOp]) -> list[int]:
         rows = await self._run(SCHEDULE_SQL, {
@@ -192,16 +198,24 @@ def run_poller(dsn: str) -> None:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    with psycopg.connect(dsn, autocommit=False) as conn:
-        while not stopping:
+    conn = None
+    while not stopping:
+        moved = 0
+        try:
+            if conn is None or conn.closed:
+                conn = psycopg.connect(dsn, autocommit=False)
             with conn.cursor() as cur:
                 cur.execute(FIRE_SQL, {"batch": FIRE_BATCH}, prepare=True)
                 moved = cur.rowcount
                 if moved:
                     cur.execute("NOTIFY fired")
             conn.commit()
-            if moved < FIRE_BATCH:
-                time.sleep(POLL_INTERVAL_S)
+        except psycopg.OperationalError:  # the server restarts: reconnect on the next poll
+            conn = None
+        if moved < FIRE_BATCH:
+            time.sleep(POLL_INTERVAL_S)
+    if conn is not None:
+        conn.close()
 
 
 class PostgresTimerTable:
@@ -282,6 +296,12 @@ class PostgresTimerTable:
         deadline = time.monotonic() + SERVER_STOP_TIMEOUT_S
         while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in backends):
             time.sleep(0.05)
+
+    def restart_after_crash(self) -> float:
+        """kill -9 of the postmaster, then start it again at once as a supervisor would (crash
+        recovery replays the WAL); seconds until it serves."""
+        self.kill_server()
+        return self.start_server()
 
     def stop_poller(self) -> None:
         if self.poller is not None and self.poller.poll() is None:

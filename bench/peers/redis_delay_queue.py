@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,7 +157,10 @@ def run_poller(port: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     while not stopping:
-        moved = move(keys=[DELAYED, JOBS, FIRED], args=[now_ms(), MOVE_BATCH])
+        try:
+            moved = move(keys=[DELAYED, JOBS, FIRED], args=[now_ms(), MOVE_BATCH])
+        except (redis.ConnectionError, redis.BusyLoadingError):  # the server restarts: keep polling
+            moved = 0
         if moved < MOVE_BATCH:
             time.sleep(POLL_INTERVAL_S)
 
@@ -212,6 +216,11 @@ class RedisDelayQueue:
         os.kill(self.server.pid, signal.SIGKILL)
         self.server.wait()
 
+    def restart_after_crash(self) -> float:
+        """kill -9, then start it again at once as a supervisor would; seconds until it serves."""
+        self.kill_server()
+        return self.start_server()
+
     def stop(self) -> None:
         for proc in (self.poller, self.server):
             if proc is not None and proc.poll() is None:
@@ -221,6 +230,7 @@ class RedisDelayQueue:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def pids(self) -> dict[str, int]:
         found = {}

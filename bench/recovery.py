@@ -1,0 +1,98 @@
+"""Scenario 5: a node restarted (after kill -9) with 1,000,000 pending timers.
+
+Ours: a follower of the tenant is killed and started again; the figures are the time until it
+answers /health 200 (it serves only after loading its snapshot and journal) and until each of its
+groups has applied everything its leader had committed. The peers: the server is killed and
+started again; the time until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+from bench.pending_load import load_pending, pending_count
+from bench.report import ScenarioResult
+from bench.systems import OURS, each_system
+from bench.timer_service import TimerService
+
+TIMERS = {False: 1_000_000, True: 20_000}
+RESTART_TIMEOUT_S = 120.0
+HEALTH_POLL_S = 0.02
+# After the load, the followers finish applying and the groups take a snapshot (compaction) before
+# the kill, as they would in service: a node is rarely killed the instant a load ends.
+SETTLE_S = 3.0
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def restart_queen_follower(service) -> dict:
+    cluster = service.cluster
+    leader = service.leader()
+    follower = next(n for n in cluster.node_ids if n != leader)
+    data_bytes = directory_bytes(service.node_data_dir(follower))
+    # What the groups had committed when the node went down: it must apply at least that again.
+    targets: dict[str, int] = {}
+    for node in cluster.node_ids:
+        status, body = cluster.health(node)
+        for tenant, group in (body or {}).get("groups", {}).items():
+            targets[tenant] = max(targets.get(tenant, 0), group.get("commitIndex") or 0)
+    cluster.stop_node(follower, signal.SIGKILL)
+    started = time.monotonic()
+    cluster.start_node(follower)
+    serving_s = caught_up_s = None
+    deadline = started + RESTART_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status, body = cluster.health(follower)
+        if status == 200:
+            if serving_s is None:
+                serving_s = time.monotonic() - started
+            groups = body["groups"]
+            if all(groups.get(t, {}).get("appliedIndex", -1) >= index for t, index in targets.items()):
+                caught_up_s = time.monotonic() - started
+                break
+        if not cluster.running(follower):
+            raise RuntimeError(f"{follower} exited on restart:\n{cluster.log_tail(follower)}")
+        time.sleep(HEALTH_POLL_S)
+    return {"restarted": follower, "data_dir_bytes": data_bytes, "serving_s": _round(serving_s),
+            "caught_up_s": _round(caught_up_s), "commit_targets": targets,
+            "pending_on_restarted_node": service.pending_on(follower)}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def measure(service: TimerService, quick: bool) -> dict:
+    count = TIMERS[quick]
+    load_started = time.monotonic()
+    asyncio.run(load_pending(service, count, "rec"))
+    load_s = time.monotonic() - load_started
+    time.sleep(SETTLE_S)
+    if service.name == OURS:
+        figures = restart_queen_follower(service)
+    else:
+        serving_s = service.restart_after_crash()
+        figures = {"restarted": "server", "serving_s": _round(serving_s), "caught_up_s": _round(serving_s)}
+    figures["pending_after_restart"] = figures.get("pending_on_restarted_node", asyncio.run(pending_count(service)))
+    figures.update({"timers": count, "load_s": round(load_s, 1)})
+    return figures
+
+
+def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
+    result = ScenarioResult("recovery", quick)
+    count = TIMERS[quick]
+    serving = result.figure(f"restart (kill -9) with {count:,} pending: serving after", "s")
+    caught = result.figure("... and its groups caught up after", "s", "<= 10 (ours)")
+    pending = result.figure("pending timers after the restart", "")
+    for name, figures in each_system(names, lambda s: measure(s, quick)):
+        result.details[name] = figures
+        print(f"   {name}: {figures}", flush=True)
+        serving.values[name] = figures["serving_s"]
+        caught.values[name] = figures["caught_up_s"]
+        pending.values[name] = figures["pending_after_restart"]
+    return result

@@ -1,0 +1,62 @@
+"""Scenario 7: memory per pending timer, on each node, beyond its payload.
+
+Resident memory of each node before and after loading N timers due far away, divided by N, less
+the payload's size. The peers: Redis's own used_memory (its allocator's count); PostgreSQL's
+table and index size on disk (its rows live in pages, cached in shared buffers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bench.pending_load import load_pending
+from bench.process_usage import rss_bytes
+from bench.report import ScenarioResult
+from bench.systems import OURS, each_system
+from bench.timer_service import PAYLOAD, TimerService
+
+TIMERS = {False: 200_000, True: 20_000}
+# Python frees into its own arenas and the allocator keeps pages: a pause lets the followers finish
+# applying and a snapshot child exit before the second reading.
+SETTLE_S = 3.0
+
+
+async def peer_bytes(service: TimerService) -> int:
+    client = service.client(1)
+    try:
+        if service.name == "redis":
+            return await client.info_memory()
+        return await client.table_bytes()
+    finally:
+        await client.close()
+
+
+def measure(service: TimerService, quick: bool) -> dict:
+    count = TIMERS[quick]
+    time.sleep(1.0)
+    if service.name == OURS:
+        before = {node: rss_bytes(pid) for node, pid in service.pids().items()}
+    else:
+        before = {service.name: asyncio.run(peer_bytes(service))}
+    asyncio.run(load_pending(service, count, "mem"))
+    time.sleep(SETTLE_S)
+    if service.name == OURS:
+        after = {node: rss_bytes(pid) for node, pid in service.pids().items()}
+    else:
+        after = {service.name: asyncio.run(peer_bytes(service))}
+    per_timer = {k: round((after[k] - before[k]) / count - len(PAYLOAD)) for k in before}
+    return {"timers": count, "payload_bytes": len(PAYLOAD), "before_bytes": before, "after_bytes": after,
+            "bytes_per_timer_beyond_payload": per_timer}
+
+
+def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
+    result = ScenarioResult("timer_memory", quick)
+    figure = result.figure("bytes per pending timer beyond its payload (ours: RSS per node; Redis: used_memory; "
+                           "PostgreSQL: table+index on disk)", "B", "<= 500 (ours)")
+    for name, figures in each_system(names, lambda s: measure(s, quick)):
+        result.details[name] = figures
+        print(f"   {name}: {figures['bytes_per_timer_beyond_payload']}", flush=True)
+        figure.values[name] = ", ".join(f"{k} {v}" for k, v in figures["bytes_per_timer_beyond_payload"].items()) \
+            if name == OURS else next(iter(figures["bytes_per_timer_beyond_payload"].values()))
+    return result
