@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration cluster cluster-status bench clean
+.PHONY: venv test test-unit test-integration cluster cluster-status bench bench-state clean
 
 venv: $(STAMP)
 
@@ -33,7 +33,13 @@ cluster: venv
 cluster-status: venv
 	$(BIN)/python -m queen_raft cluster status --config $(CLUSTER_CONFIG)
 
+# The suite of issue 6 (bench/): ours against Redis and PostgreSQL, installed by the suite itself.
+# One scenario alone: $(BIN)/python -m bench <scenario> [--quick]
 bench: venv
+	$(BIN)/pip install --quiet -r bench/requirements.txt
+	$(BIN)/python -m bench all
+
+bench-state: venv
 	$(BIN)/python bench/state_bench.py
 
 clean:
