@@ -16,6 +16,7 @@ path, so each group picks its own mode.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import struct
@@ -31,6 +32,7 @@ from pysyncobj.journal import (
     ResizableFile,
 )
 from pysyncobj.pickle import dumps as pysyncobj_dumps
+from pysyncobj.pickle import load as pysyncobj_load
 from pysyncobj.pickle import to_bytes
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,39 @@ class CompactionGuardedJournal(FileJournal):
         # Bytes of commands in the log (pysyncobj keeps them all in RAM too): the transport forces
         # a compaction when this passes LOG_COMPACTION_MAX_BYTES, since pysyncobj compacts by count.
         self.size_bytes = sum(len(entry[0]) for entry in self)
+        self.reconciled_with_snapshot = False
+        if fullDumpFile and os.path.exists(fullDumpFile):
+            self._reconcile_with_snapshot()
+
+    def _reconcile_with_snapshot(self) -> None:
+        """Keep the journal's tail when the process died between a snapshot and its compaction.
+
+        The forked child renames the new snapshot into place; the tick thread compacts the journal
+        a tick later. Killed in between, the node restarts with a snapshot newer than the journal's
+        head, and pysyncobj (which requires journal[0:2] == the snapshot's last two entries) then
+        clears the journal down to those two entries: every entry after them is lost on this node.
+        Measured: three nodes killed together under writes each land in that window about one time
+        in three, and acknowledged writes were lost when two did. Raft's rule for a snapshot whose
+        last entry is in the log (same index and term) is to keep the entries that follow it, so we
+        rewrite the journal as [prev, last, entries after last], which pysyncobj then accepts.
+        """
+        try:
+            with gzip.open(self.full_dump_file, "rb") as dump:
+                _, last, prev, _ = pysyncobj_load(dump)
+        except Exception:
+            log.exception("could not read the snapshot %s to reconcile the journal", self.full_dump_file)
+            return
+        prev, last = tuple(prev), tuple(last)
+        entries = [tuple(entry) for entry in self._FileJournal__journal]
+        if entries[:2] == [prev, last]:
+            return
+        position = next((i for i, entry in enumerate(entries) if entry[1] == last[1]), None)
+        if position is None or entries[position] != last:
+            return  # the log holds nothing after the snapshot, or conflicts with it: stock behaviour
+        self._rewrite([prev, last] + entries[position + 1 :])
+        self.reconciled_with_snapshot = True
+        log.warning("journal reconciled with the snapshot at index %d: kept %d later entries",
+                    last[1], len(entries) - position - 1)
 
     def add(self, command, idx, term):
         super().add(command, idx, term)
@@ -117,7 +152,10 @@ class CompactionGuardedJournal(FileJournal):
             log.warning("refused to compact the journal to %d past its end (%d entries)", entryTo, len(self))
             return
         self._before_compaction()
-        kept = self._FileJournal__journal[entryTo:]
+        self._rewrite(self._FileJournal__journal[entryTo:])
+
+    def _rewrite(self, kept: list) -> None:
+        """Replace the journal by exactly `kept`, through a new file renamed into place."""
         tmp_path = self.journal_path + COMPACTION_SUFFIX
         if os.path.exists(tmp_path):
             os.remove(tmp_path)  # left by a crash during an earlier compaction
@@ -135,7 +173,7 @@ class CompactionGuardedJournal(FileJournal):
             fsync_directory_of(self.journal_path)
         self._FileJournal__journalFile._destroy()
         self._FileJournal__journalFile = new_file
-        self._FileJournal__journal = kept
+        self._FileJournal__journal = list(kept)
         self._FileJournal__currentOffset = offset
         self.size_bytes = sum(len(entry[0]) for entry in kept)
 

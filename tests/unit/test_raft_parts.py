@@ -323,3 +323,43 @@ def test_a_crash_during_compaction_leaves_the_old_journal_whole(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         journal.deleteEntriesTo(4)
     assert [tuple(e) for e in FileJournal(path)] == entries  # the journal on disk is untouched
+
+
+def write_pysyncobj_dump(path: str, last: tuple, prev: tuple) -> None:
+    """A snapshot file as pysyncobj's forked serializer writes it: gzip(pickle((data, last, prev, cluster)))."""
+    import gzip
+
+    import pysyncobj.pickle
+
+    with gzip.open(path, "wb") as dump:
+        pysyncobj.pickle.dump(([{}, b"state"], last, prev, set()), dump)
+
+
+@pytest.mark.parametrize("kind", [CompactionGuardedJournal, GroupCommitJournal])
+def test_a_journal_behind_its_snapshot_keeps_the_tail_after_the_snapshot(tmp_path, kind):
+    """Killed between the snapshot's rename and the journal's compaction: stock pysyncobj would
+    clear the journal down to the snapshot's two entries and lose entries 7..10 on this node."""
+    path, dump = str(tmp_path / "j"), str(tmp_path / "snap")
+    entries = [(b"\x00" + bytes([i]), i, 1) for i in range(1, 11)]
+    journal = kind(path, None)
+    for entry in entries:
+        journal.add(*entry)
+    journal._destroy()
+    write_pysyncobj_dump(dump, last=entries[5], prev=entries[4])
+
+    reopened = kind(path, dump)
+    assert reopened.reconciled_with_snapshot
+    assert [tuple(e) for e in reopened] == entries[4:]  # [prev, last, 7, 8, 9, 10]: what pysyncobj accepts
+    reopened._destroy()
+    assert [tuple(e) for e in FileJournal(path)] == entries[4:]
+
+
+def test_a_journal_that_conflicts_with_its_snapshot_is_left_to_pysyncobj(tmp_path):
+    path, dump = str(tmp_path / "j"), str(tmp_path / "snap")
+    journal = CompactionGuardedJournal(path)
+    for i in range(1, 6):
+        journal.add(b"\x00", i, 1)
+    journal._destroy()
+    write_pysyncobj_dump(dump, last=(b"\x00", 4, 2), prev=(b"\x00", 3, 2))  # same index, other term
+    reopened = CompactionGuardedJournal(path, dump)
+    assert not reopened.reconciled_with_snapshot and len(reopened) == 5
