@@ -366,3 +366,25 @@ def test_unreadable_log_is_never_a_pass():
     results = check_timers(pair_operations(events), [record(0, "t1-1", 1150)], fault_windows(events), QUEUE,
                            log_complete=False)
     assert results["no_lost_timers"]["valid"] is None
+
+
+def test_loss_is_judged_when_an_answer_proves_the_timer_already_gone():
+    """t1-1 left before the peek that found nothing; the later reschedule cannot excuse its absence."""
+    s = Script()
+    s.schedule("t1", "t1-1", 1000, 1010, deliver_at=1100)
+    s.peek("t1", 1500, 1510, None)
+    s.schedule("t1", "t1-2", 1600, 1610, status="scheduled", deliver_at=4000)
+    s.schedule("t1", "t1-3", 1700, 1710, status="rescheduled", deliver_at=4100)
+    s.peek("t1", 9000, 9010, None, final=True)
+    results = s.check_timers([record(0, "t1-3", 4110)])
+    assert results["no_lost_timers"]["valid"] is False
+    assert [c["txn"] for c in results["no_lost_timers"]["counterexamples"]] == ["t1-1"]
+
+
+def test_a_timer_possibly_replaced_before_any_proof_is_not_called_lost():
+    s = Script()
+    s.schedule("t1", "t1-1", 1000, 1010, deliver_at=3000)
+    s.schedule("t1", "t1-2", 1005, 1200, status="rescheduled", deliver_at=3100)
+    s.peek("t1", 9000, 9010, None, final=True)
+    results = s.check_timers([record(0, "t1-2", 3110)])
+    assert failing(results) == set()
