@@ -46,22 +46,24 @@ DELAYS = st.one_of(
     st.integers(-2000, 0),  # already due: fires in the scheduling entry
     st.integers(1, 3000),
     st.integers(3000, 20_000),
+    st.sampled_from([0, 1000, 2000]),  # common instants: due-time ties, where (queue, timerKey) order decides
 )
 # Two sizes of payload, so q0's 12-byte limit (when configured) refuses some and not others.
 SMALL_PAYLOAD_MAX = 8
 OVER_SMALL_LIMIT = 13
-PAYLOADS = st.one_of(st.binary(max_size=SMALL_PAYLOAD_MAX),
-                     st.binary(min_size=OVER_SMALL_LIMIT, max_size=MAX_PAYLOAD))
-FIRE_POLICIES = st.one_of(
-    st.none(),
-    st.fixed_dictionaries({
-        "fireBatch": st.integers(1, 3),
-        "fireMaxBytes": st.integers(1, 40),
-        "maxAttempts": st.integers(1, 3),
-        "backoffMinMs": st.integers(1, 500),
-        "backoffMaxMs": st.integers(500, 2000),
-    }),
-)
+# Few distinct sizes, so a fire batch's byte total often lands exactly on fireMaxBytes.
+PAYLOAD_SIZES = [0, 1, 4, SMALL_PAYLOAD_MAX, OVER_SMALL_LIMIT, MAX_PAYLOAD]
+PAYLOADS = st.sampled_from(PAYLOAD_SIZES).flatmap(lambda n: st.binary(min_size=n, max_size=n))
+POLICY_DICTS = st.fixed_dictionaries({
+    "fireBatch": st.integers(1, 3),
+    "fireMaxBytes": st.sampled_from([1, 4, 5, 8, 9, 12, 13, 16, 17, 21, 26, 40]),
+    "maxAttempts": st.integers(1, 3),
+    "backoffMinMs": st.integers(1, 500),
+    "backoffMaxMs": st.integers(500, 2000),
+})
+FIRE_POLICIES = st.one_of(st.none(), POLICY_DICTS)
+# Ticks carry a tight policy two times in three, so fire bounds, backoff and the DLQ are reached.
+TICK_POLICIES = st.one_of(st.none(), POLICY_DICTS, POLICY_DICTS)
 
 
 def assert_matches(got, want, where="answer"):
@@ -173,6 +175,20 @@ class StateAgainstModel(RuleBasedStateMachine):
         policy = data.draw(st.one_of(st.none(), FIRE_POLICIES))
         self.run_timers(step, ops, max_pending, policy)
 
+    @rule(data=st.data(), step=CLOCK_STEPS, delay=st.sampled_from([1, 1000]),
+          policy=FIRE_POLICIES)
+    def timers_at_one_instant(self, data, step, delay, policy):
+        """Several keys, in both queues, due at the same instant: only (queue, timerKey) orders
+        their fires, and a later bounded tick shows which came first."""
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from(QUEUES), st.sampled_from(TIMER_KEYS)),
+                                   min_size=2, max_size=MAX_OPS_PER_BATCH, unique=True))
+        ops = []
+        for queue, key in pairs:
+            op = self.schedule_op(data, queue, key)
+            op["delayMs"] = delay
+            ops.append(op)
+        self.run_timers(step, ops, None, policy)
+
     @precondition(lambda self: self.model.pending_timers)
     @rule(data=st.data(), step=CLOCK_STEPS, echo=st.booleans())
     def cancel_pending(self, data, step, echo):
@@ -200,7 +216,7 @@ class StateAgainstModel(RuleBasedStateMachine):
         got = self.run_timers(step, ops)
         assert got.get("error") == "timers_bad_request", got
 
-    @rule(step=CLOCK_STEPS, policy=FIRE_POLICIES)
+    @rule(step=CLOCK_STEPS, policy=TICK_POLICIES)
     def tick(self, step, policy):
         now = self.now(step)
         command = {"op": "tick", "now": now}
@@ -263,14 +279,39 @@ class StateAgainstModel(RuleBasedStateMachine):
             self.issued_leases.append((lease_id, queue, want["messages"][0]["partition"],
                                        [m["offset"] for m in want["messages"]]))
 
+    def queues_with_deliverable(self):
+        return [q for q in QUEUES for p in PARTITIONS if self.model.deliverable(q, p)]
+
+    @precondition(lambda self: self.queues_with_deliverable())
+    @rule(data=st.data(), pop_step=CLOCK_STEPS, ack_step=st.integers(0, 1500),
+          batch=st.integers(1, MAX_POP_BATCH))
+    def consume(self, data, pop_step, ack_step, batch):
+        """A consumer's loop: pop a queue known to hold something, then complete a prefix of the
+        batch in a second entry (which a 1 s lease may already have outlived)."""
+        queue = data.draw(st.sampled_from(self.queues_with_deliverable()))
+        self.pop(pop_step, queue, None, batch, False)
+        lease_id, _queue, partition, offsets = self.issued_leases[-1]
+        count = data.draw(st.integers(1, len(offsets)))
+        now = self.now(ack_step)
+        acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
+                            "status": "completed"} for o in offsets[:count]]
+        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": None, "leaseId": lease_id,
+                                "acknowledgments": acknowledgments})
+        want = self.model.ack(now, lease_id, acknowledgments)
+        assert_matches(got, want, "ack")
+        event(f"consume: ack {'accepted' if want['results'][0]['success'] else 'refused'}")
+
     @precondition(lambda self: self.issued_leases)
     @rule(data=st.data(), step=CLOCK_STEPS)
     def ack(self, data, step):
         """Completed acks of a prefix of what a live lease still holds, or of an expired, settled
         or superseded lease (refused per item)."""
-        lease_id, queue, partition, offsets = data.draw(st.sampled_from(self.issued_leases))
         now = self.now(step)
         self.model.advance(now)  # liveness is judged at this entry's group now
+        live = [lease for lease in self.issued_leases if self.model.find_live_lease(lease[0])]
+        # Most issued leases are dead by now; aim at a live one three times in four when any is.
+        candidates = live if live and data.draw(st.integers(0, 3)) else self.issued_leases
+        lease_id, queue, partition, offsets = data.draw(st.sampled_from(candidates))
         holder = self.model.find_live_lease(lease_id)
         if holder is not None:
             lease = holder[2]["lease"]
