@@ -40,6 +40,7 @@ def fire_lag_over_time(series: dict[int, dict[str, list[tuple[float, float]]]], 
         axis.legend(loc="upper right", markerscale=4)
     figure.suptitle(f"Fire lag over time ({SHARED_CORES_NOTE})", fontsize=10)
     figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -59,5 +60,6 @@ def drain_lag_curve(series: dict[str, list[tuple[float, float]]], count: int, pa
     axis.legend()
     figure.text(0.01, 0.01, SHARED_CORES_NOTE, fontsize=8)
     figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -21,6 +21,9 @@ from bench.report import RESULTS_DIR, today
 
 PROFILES_DIR = RESULTS_DIR / "profiles"
 # 100 Hz is py-spy's default; --nonblocking keeps it from pausing the node (we measure under load).
+# --gil keeps only samples of the thread holding the interpreter lock: in a Python process on two
+# shared cores that lock is the resource everything queues for, and waits (poll, select, a syscall
+# that releases the lock) drop out, while a syscall that keeps it (mmap.flush's msync) stays in.
 SAMPLE_RATE_HZ = 100
 TOP_FUNCTIONS = 20
 PY_SPY_STOP_TIMEOUT_S = 30.0
@@ -41,7 +44,7 @@ def profiled(service: object, label: str, duration_s: float, enabled: bool) -> I
     PROFILES_DIR.mkdir(parents=True, exist_ok=True)
     raw_path = PROFILES_DIR / f"{today()}-{label}-{leader}.txt"
     spy = subprocess.Popen([str(py_spy_path()), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ),
-                            "--format", "raw", "--nolineno", "--nonblocking", "--threads", "--output", str(raw_path)],
+                            "--format", "raw", "--nolineno", "--nonblocking", "--threads", "--gil", "--output", str(raw_path)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -86,7 +89,7 @@ def summarize(raw_path: Path) -> dict:
 
 
 def render(label: str, node: str, summary: dict) -> str:
-    lines = [f"profile {label} (leader {node}, {summary['samples']} samples)", "  threads:"]
+    lines = [f"profile {label} (leader {node}, {summary['samples']} samples holding the GIL)", "  threads:"]
     lines += [f"    {t['pct']:5.1f}%  {t['thread']}" for t in summary["threads"][:6]]
     lines.append("  self time:")
     lines += [f"    {f['pct']:5.1f}%  {f['function']}" for f in summary["self"][:12]]

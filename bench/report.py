@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,25 @@ def machine() -> dict:
         pass
     with open("/proc/meminfo") as meminfo:
         mem_kib = int(next(line.split()[1] for line in meminfo if line.startswith("MemTotal")))
-    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kib / 2**20, 1),
+    return {"commit": source_commit(), "cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kib / 2**20, 1),
             "kernel": platform.release(), "python": platform.python_version(),
             "load_average_at_start": os.getloadavg()}
+
+
+def source_commit() -> str | None:
+    """The commit measured: QUEEN_BENCH_COMMIT when the suite runs from an exported tree (a shared
+    work tree may be mid-edit), else the work tree's HEAD (with "+dirty" when it has changes)."""
+    if os.environ.get("QUEEN_BENCH_COMMIT"):
+        return os.environ["QUEEN_BENCH_COMMIT"]
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "queen_raft"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 @dataclass
