@@ -1,0 +1,25 @@
+"""The Python SDK of queen-raft: async, on aiohttp, failover across node URLs (docs/sdk.md).
+
+    async with Queen(urls=["http://127.0.0.1:6632", "http://127.0.0.1:6633"], token="...") as q:
+        await q.timer("reminders").key("order-9137").delay("24h").payload({"orderId": 9137}).schedule()
+"""
+
+from queen_raft.client.consumer import Message
+from queen_raft.client.durations import Duration, duration_ms, duration_seconds
+from queen_raft.client.errors import (
+    AckRefused, AuthError, BadRequest, Conflict, ConnectionFailed, Forbidden, HorizonExceeded, LimitExceeded,
+    NotFound, OutcomeUnknown, PayloadTooLarge, PreconditionFailed, PushRefused, QueenError, QuotaExceeded,
+    RateLimited, Refused, ServerError, TimersDisabled, TransactionRefused, Unauthorized, Unavailable,
+)
+from queen_raft.client.queen import Queen, Record
+from queen_raft.client.results import KvEntry, LeaseExtension, PushResult, TimerPage, TimerPeek, TimerResult, TransactionResult
+from queen_raft.client.transport import RetryPolicy
+
+__all__ = [
+    "Queen", "RetryPolicy", "Message", "Record", "Duration", "duration_ms", "duration_seconds",
+    "TimerResult", "TimerPeek", "TimerPage", "PushResult", "KvEntry", "TransactionResult", "LeaseExtension",
+    "QueenError", "AuthError", "Unauthorized", "Forbidden", "BadRequest", "LimitExceeded", "QuotaExceeded",
+    "HorizonExceeded", "PayloadTooLarge", "RateLimited", "Unavailable", "TimersDisabled", "NotFound", "Conflict",
+    "PreconditionFailed", "ServerError", "Refused", "TransactionRefused", "AckRefused", "PushRefused",
+    "OutcomeUnknown", "ConnectionFailed",
+]

@@ -1,0 +1,127 @@
+"""`Queen`: the client. One aiohttp session, the cluster's node URLs, and the entry points."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+from queen_raft.client.consumer import DEFAULT_POLL_WAIT, Message, consume, pop
+from queen_raft.client.durations import Duration, duration_seconds
+from queen_raft.client.errors import PushRefused
+from queen_raft.client.kv import KvNamespace
+from queen_raft.client.payloads import message_payload, push_payload_fields
+from queen_raft.client.results import LeaseExtension, PushResult
+from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
+from queen_raft.client.transaction import Transaction
+from queen_raft.client.transport import DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport, path_segment
+
+# QUEEN_URL may hold several node URLs, separated by commas.
+URL_ENV = "QUEEN_URL"
+TOKEN_ENV = "QUEEN_TOKEN"
+
+
+def urls_from_env() -> list[str]:
+    return [u.strip() for u in os.environ.get(URL_ENV, "").split(",") if u.strip()]
+
+
+@dataclass(frozen=True)
+class Record:
+    """A message read back by offset (fetch): no lease, nothing to settle."""
+
+    queue: str
+    partition: str
+    offset: int
+    transaction_id: str
+    message_id: str
+    payload: Any
+    created_at: int | None
+    raw: dict
+
+
+class Queen:
+    """`async with Queen(urls=[...], token=...) as q:`. Without arguments, QUEEN_URL and QUEEN_TOKEN."""
+
+    def __init__(self, urls: list[str] | str | None = None, token: str | None = None, *,
+                 retry: RetryPolicy | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 session: aiohttp.ClientSession | None = None):
+        if isinstance(urls, str):
+            urls = [urls]
+        urls = list(urls) if urls else urls_from_env()
+        if not urls:
+            raise ValueError(f"give the node URLs (urls=[...] or {URL_ENV}=http://host:port,...)")
+        self.transport = Transport(urls=urls, token=token if token is not None else os.environ.get(TOKEN_ENV),
+                                   retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session)
+
+    async def __aenter__(self) -> "Queen":
+        await self.transport.open()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def timer(self, queue: str) -> TimerBuilder:
+        return TimerBuilder(self, TimerSpec(queue=queue))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def push(self, queue: str, payload: Any, *, partition: str | None = None, txn: str | None = None,
+                   trace_id: str | None = None) -> PushResult:
+        """One message; `txn` (its transactionId) is minted when absent, before the first attempt, so a
+        retry answers `duplicate` with the original offset instead of appending twice."""
+        item: dict[str, Any] = {"queue": queue, "transactionId": txn or mint_txn(), **push_payload_fields(payload)}
+        if partition is not None:
+            item["partition"] = partition
+        if trace_id is not None:
+            item["traceId"] = trace_id
+        answer = await self.transport.request("POST", "/api/v1/push", json_body={"items": [item]})
+        verdict = answer.body["results"][0]
+        if verdict.get("status") == "error":
+            code = verdict.get("error") or "push_refused"
+            raise PushRefused(answer.status, code, f"push to {queue} refused: {code}", body=answer.body)
+        return PushResult.from_wire(verdict)
+
+    async def pop(self, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
+                  wait: Duration | None = None, auto_ack: bool = False) -> list[Message]:
+        return await pop(self, queue, group=group, partition=partition, batch=batch, wait=wait, auto_ack=auto_ack)
+
+    def consume(self, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
+                wait: Duration = DEFAULT_POLL_WAIT, keep_lease: Duration | None = None) -> AsyncIterator[Message]:
+        return consume(self, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
+
+    async def extend_lease(self, lease_id: str, seconds: Duration) -> LeaseExtension:
+        """NotFound (invalid_lease) once the lease expired or every message of it was settled."""
+        answer = await self.transport.request("POST", f"/api/v1/lease/{path_segment(lease_id)}/extend",
+                                              json_body={"seconds": duration_seconds(seconds)})
+        return LeaseExtension(lease_id=answer.body.get("leaseId", lease_id), expires_at=answer.body.get("expiresAt"),
+                              raw=answer.body)
+
+    async def fetch(self, queue: str, partition: str = "Default", offset: int = 0, limit: int = 100) -> list[Record]:
+        """Messages by offset, without a lease: how to look for a txn after a cancel answered `absent`."""
+        answer = await self.transport.request("POST", "/api/v1/fetch", json_body={
+            "entries": [{"queue": queue, "partition": partition, "offset": offset, "limit": limit}]})
+        return [Record(queue=queue, partition=partition, offset=r.get("offset", -1),
+                       transaction_id=r.get("transactionId", ""), message_id=r.get("messageId", ""),
+                       payload=message_payload(r), created_at=r.get("createdAt"), raw=r)
+                for r in answer.body["entries"][0]["records"]]
+
+    async def configure(self, queue: str, options: dict, mode: str = "merge") -> dict:
+        """A queue's options (leaseTime, retryLimit, ...); answers the options in force."""
+        answer = await self.transport.request("POST", "/api/v1/configure",
+                                              json_body={"queue": queue, "options": options, "mode": mode})
+        return answer.body
+
+    # -- transactions and KV -----------------------------------------------------------------
+
+    def transaction(self) -> Transaction:
+        return Transaction(self)
+
+    def kv(self, ns: str) -> KvNamespace:
+        return KvNamespace(self, ns)

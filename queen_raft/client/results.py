@@ -1,0 +1,137 @@
+"""Typed answers. Each keeps the wire dict it came from in `raw`, so a field the server adds later
+is never lost to a caller who needs it before this SDK names it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from queen_raft.client.payloads import stored_timer_payload
+
+
+def _raw() -> Any:
+    return field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TimerResult:
+    """A schedule or a cancel. `ok` false with status `absent`: no pending timer, which may mean it
+    already fired; look for `txn` in the destination partition (SPEC.md section 2)."""
+
+    ok: bool
+    status: str  # scheduled | rescheduled | cancelled | absent | too_late
+    queue: str
+    timer_key: str
+    txn: str | None
+    message_id: str | None = None
+    deliver_at: int | None = None  # ms since the epoch on the group clock
+    raw: dict = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "TimerResult":
+        return cls(ok=bool(wire.get("ok")), status=wire.get("status", ""), queue=wire.get("queue", ""),
+                   timer_key=wire.get("timerKey", ""), txn=wire.get("txn"), message_id=wire.get("messageId"),
+                   deliver_at=wire.get("deliverAt"), raw=wire)
+
+
+@dataclass(frozen=True)
+class TimerPeek:
+    found: bool
+    queue: str
+    timer_key: str
+    partition: str | None = None
+    deliver_at: int | None = None
+    due_at: int | None = None  # the next try: later than deliver_at while a failing fire backs off
+    txn: str | None = None
+    message_id: str | None = None
+    payload_b64: str | None = None  # as stored: compressed when payload_zstd, ciphertext when encrypted
+    payload_zstd: bool = False
+    encrypted: bool = False
+    producer_sub: str | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    created_at: int | None = None
+    updated_at: int | None = None
+    raw: dict = _raw()
+
+    @property
+    def payload(self) -> Any:
+        """What the consumer will receive: decompressed, JSON-decoded when JSON; bytes otherwise or
+        when encrypted (peek never decrypts)."""
+        return stored_timer_payload(self.payload_b64, self.payload_zstd, self.encrypted)
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "TimerPeek":
+        return cls(found=bool(wire.get("found")), queue=wire.get("queue", ""), timer_key=wire.get("timerKey", ""),
+                   partition=wire.get("partition"), deliver_at=wire.get("deliverAt"), due_at=wire.get("dueAt"),
+                   txn=wire.get("txn"), message_id=wire.get("messageId"), payload_b64=wire.get("payload"),
+                   payload_zstd=bool(wire.get("payloadZstd")), encrypted=bool(wire.get("encrypted")),
+                   producer_sub=wire.get("producerSub"), attempts=int(wire.get("attempts") or 0),
+                   last_error=wire.get("lastError"), created_at=wire.get("createdAt"),
+                   updated_at=wire.get("updatedAt"), raw=wire)
+
+
+@dataclass(frozen=True)
+class TimerPage:
+    """One keyset page: rows (no payloads) in timerKey byte order; `next_after` continues it."""
+
+    rows: list[TimerPeek]
+    truncated: bool
+    next_after: str | None
+    raw: dict = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "TimerPage":
+        rows = [TimerPeek.from_wire({"found": True, **row}) for row in wire.get("rows", [])]
+        return cls(rows=rows, truncated=bool(wire.get("truncated")), next_after=wire.get("nextAfter"), raw=wire)
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """status `queued`, or `duplicate` (the txn was already in the partition's dedup window: the
+    original offset and messageId)."""
+
+    status: str
+    queue: str
+    partition: str
+    transaction_id: str
+    message_id: str
+    offset: int | None
+    raw: dict = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "PushResult":
+        return cls(status=wire.get("status", ""), queue=wire.get("queue", ""), partition=wire.get("partition", ""),
+                   transaction_id=wire.get("transactionId", ""), message_id=wire.get("messageId", ""),
+                   offset=wire.get("offset"), raw=wire)
+
+
+@dataclass(frozen=True)
+class KvEntry:
+    ns: str
+    key: str
+    found: bool
+    value: Any = None
+    version: int | None = None
+    expires_at: int | None = None  # ms on the group clock; None: no expiry
+    raw: dict = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict, ns: str = "", key: str = "") -> "KvEntry":
+        return cls(ns=wire.get("ns", ns), key=wire.get("key", key), found=bool(wire.get("found")),
+                   value=wire.get("value"), version=wire.get("version"), expires_at=wire.get("expiresAt"), raw=wire)
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """`results` in one index space: operations (push, ack), then kv, then timers."""
+
+    results: list[dict]
+    raw: dict = _raw()
+
+
+@dataclass(frozen=True)
+class LeaseExtension:
+    lease_id: str
+    expires_at: int
+    raw: dict = _raw()

@@ -1,0 +1,142 @@
+"""`q.timer("reminders").key("order-9137").delay("24h").payload({...}).schedule()` and its reads.
+
+A `TimerBuilder` is immutable: every setter returns a new one, so `t = q.timer("r").key("k")` can be
+kept and reused (`t.delay("24h").payload(p).schedule()`, later `t.cancel()`), as in the seeds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from queen_raft.client.durations import Duration, duration_ms
+from queen_raft.client.payloads import timer_payload_fields
+from queen_raft.client.results import TimerPage, TimerPeek, TimerResult
+from queen_raft.client.transport import path_segment
+
+if TYPE_CHECKING:
+    from queen_raft.client.queen import Queen
+
+_UNSET = object()
+
+
+def mint_txn() -> str:
+    """A fresh transaction id, minted once per schedule call before its first attempt, so every
+    retry of that call carries the same one and the fired message is deduplicated by it."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """What a schedule or cancel op says; `schedule_op()` / `cancel_op()` are the exact wire ops."""
+
+    queue: str
+    timer_key: str | None = None
+    delay: Duration | None = None
+    partition: str | None = None
+    txn: str | None = None
+    payload: Any = _UNSET
+    zstd: bool = False
+
+    def schedule_op(self, txn: str | None = None) -> dict:
+        """The `schedule` op of POST /api/v1/timers (and of a transaction's `timers`)."""
+        if self.timer_key is None:
+            raise ValueError(f"timer on {self.queue!r}: call .key(...) before .schedule()")
+        if self.delay is None:
+            raise ValueError(f"timer {self.queue}/{self.timer_key}: call .delay(...) before .schedule()")
+        if self.payload is _UNSET:
+            raise ValueError(f"timer {self.queue}/{self.timer_key}: call .payload(...) before .schedule() "
+                             "(None is a valid JSON payload, b'' an empty one)")
+        op: dict[str, Any] = {"op": "schedule", "queue": self.queue, "timerKey": self.timer_key,
+                              "delayMs": duration_ms(self.delay), "txn": self.txn or txn or mint_txn()}
+        op.update(timer_payload_fields(self.payload, self.zstd))
+        if self.partition is not None:
+            op["partition"] = self.partition
+        return op
+
+    def cancel_op(self) -> dict:
+        if self.timer_key is None:
+            raise ValueError(f"timer on {self.queue!r}: call .key(...) before .cancel()")
+        op: dict[str, Any] = {"op": "cancel", "queue": self.queue, "timerKey": self.timer_key}
+        if self.txn is not None:
+            op["txn"] = self.txn
+        return op
+
+
+class TimerSetters(ABC):
+    """The fluent setters, shared by the standalone builder and the one inside a transaction."""
+
+    spec: TimerSpec
+
+    @abstractmethod
+    def _with(self, **changes: Any):
+        """A copy of this builder (of its own kind) with the spec changed."""
+
+    def key(self, timer_key: str):
+        return self._with(timer_key=timer_key)
+
+    def delay(self, delay: Duration):
+        duration_ms(delay)  # a bad duration fails where it is written, not at schedule()
+        return self._with(delay=delay)
+
+    def partition(self, partition: str):
+        return self._with(partition=partition)
+
+    def txn(self, txn: str):
+        return self._with(txn=txn)
+
+    def payload(self, value: Any, *, zstd: bool = False):
+        """A JSON value (encoded compactly) or bytes (sent as they are); `zstd=True` compresses them
+        and sets `payloadZstd`, and the broker decompresses at the fire."""
+        return self._with(payload=value, zstd=zstd)
+
+
+class TimerBuilder(TimerSetters):
+    def __init__(self, queen: "Queen", spec: TimerSpec):
+        self._queen = queen
+        self.spec = spec
+
+    def _with(self, **changes: Any) -> "TimerBuilder":
+        return TimerBuilder(self._queen, replace(self.spec, **changes))
+
+    def _path(self) -> str:
+        if self.spec.timer_key is None:
+            raise ValueError(f"timer on {self.spec.queue!r}: call .key(...) first")
+        return f"/api/v1/timers/{path_segment(self.spec.queue)}/{path_segment(self.spec.timer_key, keep_slashes=True)}"
+
+    async def schedule(self) -> TimerResult:
+        """Schedule, or reschedule when the key has a pending timer (one upsert). Retried safely:
+        the txn is fixed before the first attempt."""
+        answer = await self._queen.transport.request("POST", "/api/v1/timers",
+                                                     json_body={"operations": [self.spec.schedule_op()]})
+        return TimerResult.from_wire(answer.body["results"][0])
+
+    async def cancel(self) -> TimerResult:
+        """The DELETE route, which no pause, rate or quota refuses. `absent` (ok false) may mean it
+        already fired: the echoed txn is the transactionId to look for in the queue."""
+        params = {"txn": self.spec.txn} if self.spec.txn is not None else None
+        answer = await self._queen.transport.request("DELETE", self._path(), params=params)
+        return TimerResult.from_wire(answer.body)
+
+    async def peek(self) -> TimerPeek:
+        answer = await self._queen.transport.request("GET", self._path())
+        return TimerPeek.from_wire(answer.body)
+
+    async def list(self, limit: int | None = None, after: str | None = None) -> TimerPage:
+        """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000)."""
+        answer = await self._queen.transport.request(
+            "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}", params={"limit": limit, "after": after})
+        return TimerPage.from_wire(answer.body)
+
+    async def rows(self, page_size: int | None = None, after: str | None = None) -> AsyncIterator[TimerPeek]:
+        """Every pending timer of the queue, page after page (each page its own linearizable read)."""
+        while True:
+            page = await self.list(limit=page_size, after=after)
+            for row in page.rows:
+                yield row
+            if not page.truncated or page.next_after is None:
+                return
+            after = page.next_after
+
