@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from queen_raft.api import admin, health, messages, metrics, queues, timers
+from queen_raft.api import admin, dlq, health, kv, messages, metrics, openapi, queues, timers, transaction
 from queen_raft.api.errors import ApiError, error_response
 from queen_raft.api.serving import SERVING_KEY, ServingNode
 
@@ -55,6 +55,10 @@ def create_app(serving: ServingNode) -> web.Application:
     messages.add_routes(app)
     queues.add_routes(app)
     admin.add_routes(app)
+    kv.add_routes(app)
+    transaction.add_routes(app)
+    dlq.add_routes(app)
+    openapi.add_routes(app)
     health.add_routes(app)
     app.router.add_get("/metrics", metrics.get_metrics)
     return app

@@ -18,6 +18,7 @@ class Access(Enum):
     READ = "read"  # peek, list, fetch: no state change
     CONSUME = "consume"  # pop, ack, cancel: reads and changes state
     CONFIGURE = "configure"  # queue options
+    STORE = "write KV"  # KV writes: reads and changes state, so not for write-only tokens
     ADMIN = "admin"  # operator switches (pause scheduling)
 
 
@@ -26,6 +27,7 @@ ALLOWED_LEVELS: dict[Access, frozenset[str]] = {
     Access.READ: frozenset({"admin", "read-write", "read-only"}),
     Access.CONSUME: frozenset({"admin", "read-write"}),
     Access.CONFIGURE: frozenset({"admin", "read-write"}),
+    Access.STORE: frozenset({"admin", "read-write"}),
     Access.ADMIN: frozenset({"admin"}),
 }
 

@@ -12,8 +12,23 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from queen_raft.api.errors import ApiError, retry_after_header
+
 # 96-bit nonces are GCM's native size; random ones are safe far beyond any queue's message count.
 NONCE_BYTES = 12
+
+
+# A node without the key cannot write to an encrypting queue; another node (with it) can, so the
+# answer is a 503 that sends the client to try again, elsewhere, soon.
+ENCRYPTION_UNAVAILABLE_RETRY_AFTER_S = 1
+
+
+def encryption_unavailable(queues: set[str]) -> ApiError:
+    """A queue began to encrypt after this node started without QUEEN_ENCRYPTION_KEY (at start the
+    node refuses to run in that case: see node.py)."""
+    return ApiError(503, "encryption_unavailable",
+                    f"queue(s) {', '.join(sorted(queues))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY",
+                    retry_after_header(ENCRYPTION_UNAVAILABLE_RETRY_AFTER_S))
 
 
 class PayloadDecryptError(ValueError):

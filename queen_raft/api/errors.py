@@ -11,21 +11,26 @@ from aiohttp import web
 class ApiError(Exception):
     """A refusal with its HTTP status and SPEC error code; raised anywhere below a handler."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 fields: dict | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+        # Added to the body next to error and message: the blamed item's `index`, a transaction's
+        # `success: false` and `reason`. None values are left out.
+        self.fields = {k: v for k, v in (fields or {}).items() if v is not None}
 
     def response(self) -> web.Response:
-        return error_response(self.status, self.code, self.message, self.headers)
+        return error_response(self.status, self.code, self.message, self.headers, self.fields)
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                   fields: dict | None = None) -> web.Response:
     return web.Response(
         status=status,
-        body=json.dumps({"error": code, "message": message}).encode("utf-8"),
+        body=json.dumps({**(fields or {}), "error": code, "message": message}).encode("utf-8"),
         content_type="application/json",
         headers=headers or {},
     )

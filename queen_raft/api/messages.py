@@ -9,7 +9,7 @@ from aiohttp import web
 
 from queen_raft.api.auth import Access, require
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64, json_value_to_bytes, payload_fields
-from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError
+from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError, encryption_unavailable
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id
@@ -85,40 +85,42 @@ def parse_push_items(body: Any) -> list[dict]:
         raise bad_request("items is empty")
     if len(raw_items) > MAX_PUSH_ITEMS:
         raise bad_request(f"{len(raw_items)} items is over the cap of {MAX_PUSH_ITEMS} per call")
-    items = []
-    for i, raw in enumerate(raw_items):
-        where = f"items[{i}]"
-        if not isinstance(raw, dict):
-            raise bad_request(f"{where} must be an object")
-        owned = sorted(k for k in raw if k in PUSH_SERVER_OWNED or k.startswith("_"))
-        if owned:
-            raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
-        unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS)
-        if unknown:
-            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
-        queue = _optional_string(raw, "queue", where)
-        if queue is None:
-            raise bad_request(f"{where}: queue is missing")
-        if ("payload" in raw) == ("payloadB64" in raw):
-            raise bad_request(f"{where}: give exactly one of payload (any JSON value) or payloadB64")
-        if "payload" in raw:
-            payload = json_value_to_bytes(raw["payload"])
-        else:
-            try:
-                payload = decode_base64(raw["payloadB64"])
-            except PayloadDecodeError as exc:
-                raise bad_request(f"{where}: payloadB64 {exc}") from None
-        message_id = new_message_id()
-        items.append({
-            "queue": queue,
-            "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
-            "payload": payload,
-            "transactionId": _optional_string(raw, "transactionId", where) or message_id,
-            "messageId": message_id,
-            "traceId": _optional_string(raw, "traceId", where),
-            "encrypted": False,
-        })
-    return items
+    return [parse_push_item(raw, f"items[{i}]") for i, raw in enumerate(raw_items)]
+
+
+def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset()) -> dict:
+    """One push item as the state's push path takes it (messageId minted here, by the proposer).
+    `extra_fields` names fields a caller handles itself (a transaction's `type`)."""
+    if not isinstance(raw, dict):
+        raise bad_request(f"{where} must be an object")
+    owned = sorted(k for k in raw if k in PUSH_SERVER_OWNED or k.startswith("_"))
+    if owned:
+        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
+    unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS - extra_fields)
+    if unknown:
+        raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+    queue = _optional_string(raw, "queue", where)
+    if queue is None:
+        raise bad_request(f"{where}: queue is missing")
+    if ("payload" in raw) == ("payloadB64" in raw):
+        raise bad_request(f"{where}: give exactly one of payload (any JSON value) or payloadB64")
+    if "payload" in raw:
+        payload = json_value_to_bytes(raw["payload"])
+    else:
+        try:
+            payload = decode_base64(raw["payloadB64"])
+        except PayloadDecodeError as exc:
+            raise bad_request(f"{where}: payloadB64 {exc}") from None
+    message_id = new_message_id()
+    return {
+        "queue": queue,
+        "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
+        "payload": payload,
+        "transactionId": _optional_string(raw, "transactionId", where) or message_id,
+        "messageId": message_id,
+        "traceId": _optional_string(raw, "traceId", where),
+        "encrypted": False,
+    }
 
 
 def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> list[dict]:
@@ -129,8 +131,7 @@ def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> 
     if not encrypting:
         return items
     if serving.cipher is None:
-        raise ApiError(500, "encryption_unavailable",
-                       f"queue(s) {', '.join(sorted(encrypting))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY")
+        raise encryption_unavailable(encrypting)
     return [dict(item, payload=serving.cipher.encrypt(item["payload"]), encrypted=True) if item["queue"] in encrypting
             else item for item in items]
 
@@ -225,34 +226,37 @@ def parse_ack(body: Any, single: bool) -> dict:
         raise bad_request(f"{len(raw_items)} acknowledgments is over the cap of {MAX_ACK_ITEMS} per call")
     consumer_group = _optional_string(body, "consumerGroup", "body")
     lease_id = _optional_string(body, "leaseId", "body")
-    items = []
-    for i, raw in enumerate(raw_items):
-        where = f"acknowledgments[{i}]"
-        if not isinstance(raw, dict):
-            raise bad_request(f"{where} must be an object")
-        unknown = sorted(raw.keys() - ACK_ITEM_FIELDS)
-        if unknown:
-            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
-        status = raw.get("status", "completed")
-        if status not in ACK_STATUSES:
-            raise bad_request(f"{where}: status {status!r} is not one of {', '.join(ACK_STATUSES)}")
-        item: dict[str, Any] = {"partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION), "status": status}
-        if "transactionId" in raw:
-            item["transactionId"] = _optional_string(raw, "transactionId", where)
-        if "offset" in raw:
-            if not is_int(raw["offset"]) or raw["offset"] < 0:
-                raise bad_request(f"{where}: offset must be an integer >= 0")
-            item["offset"] = raw["offset"]
-        if "transactionId" not in item and "offset" not in item:
-            raise bad_request(f"{where}: give transactionId or offset")
-        if "queue" in raw:
-            item["queue"] = _optional_string(raw, "queue", where)
-        if "error" in raw:
-            if not isinstance(raw["error"], str):
-                raise bad_request(f"{where}: error must be a string")
-            item["error"] = raw["error"]
-        items.append(item)
+    items = [parse_ack_item(raw, f"acknowledgments[{i}]") for i, raw in enumerate(raw_items)]
     return {"op": "ack", "consumerGroup": consumer_group, "leaseId": lease_id, "acknowledgments": items}
+
+
+def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset()) -> dict:
+    """One acknowledgment; `extra_fields` names fields the caller handles (a transaction's type,
+    consumerGroup and leaseId)."""
+    if not isinstance(raw, dict):
+        raise bad_request(f"{where} must be an object")
+    unknown = sorted(raw.keys() - ACK_ITEM_FIELDS - extra_fields)
+    if unknown:
+        raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+    status = raw.get("status", "completed")
+    if status not in ACK_STATUSES:
+        raise bad_request(f"{where}: status {status!r} is not one of {', '.join(ACK_STATUSES)}")
+    item: dict[str, Any] = {"partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION), "status": status}
+    if "transactionId" in raw:
+        item["transactionId"] = _optional_string(raw, "transactionId", where)
+    if "offset" in raw:
+        if not is_int(raw["offset"]) or raw["offset"] < 0:
+            raise bad_request(f"{where}: offset must be an integer >= 0")
+        item["offset"] = raw["offset"]
+    if item.get("transactionId") is None and "offset" not in item:
+        raise bad_request(f"{where}: give transactionId or offset")
+    if "queue" in raw:
+        item["queue"] = _optional_string(raw, "queue", where)
+    if "error" in raw:
+        if not isinstance(raw["error"], str):
+            raise bad_request(f"{where}: error must be a string")
+        item["error"] = raw["error"]
+    return item
 
 
 async def _post_ack(request: web.Request, single: bool) -> web.Response:

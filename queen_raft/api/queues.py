@@ -31,6 +31,9 @@ async def post_configure(request: web.Request) -> web.Response:
         raise ApiError(400, BAD_REQUEST, "options must be an object")
     if mode not in MODES:
         raise ApiError(400, BAD_REQUEST, f"mode must be one of {', '.join(MODES)}")
+    if options.get("encryptionEnabled") is True and serving.cipher is None:
+        # Said here rather than later: this node could not encrypt what it is then sent.
+        raise ApiError(400, BAD_REQUEST, "encryptionEnabled needs QUEEN_ENCRYPTION_KEY on the node; this node has none")
     command = {"op": "configure", "queue": queue, "options": options, "mode": mode}
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from queen_raft.api.auth import Access, Principal, require
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64
+from queen_raft.api.encryption import encryption_unavailable
 from queen_raft.api.errors import ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_message_id
@@ -50,9 +51,9 @@ def _non_empty_string(op: dict, name: str, where: str) -> str:
     return value
 
 
-def parse_timer_op(raw: Any, index: int) -> dict:
+def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
     """One operation, checked whole; the result is the command's op (messageId added at propose)."""
-    where = f"operations[{index}]"
+    where = where or f"operations[{index}]"
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
     owned = sorted(k for k in raw if k in SERVER_OWNED_FIELDS or k.startswith("_"))
@@ -161,8 +162,7 @@ def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict]) -> set[
         if op["op"] != "cancel" and op["queue"] in encrypting and op["encrypted"]:
             raise bad_request(f"operations[{i}]: queue {op['queue']!r} encrypts at rest: the broker encrypts, send plaintext")
     if encrypting and serving.cipher is None:
-        raise ApiError(500, "encryption_unavailable",
-                       f"queue(s) {', '.join(sorted(encrypting))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY")
+        raise encryption_unavailable(encrypting)
     return encrypting
 
 

@@ -82,14 +82,25 @@ async def test_push_to_an_encrypting_queue_round_trips_and_fetch_decrypts():
         assert fetched["entries"][0]["records"][0]["payload"] == {"pin": 1234}
 
 
-async def test_encrypting_queue_without_a_key_is_refused_not_stored_plain():
+async def test_configure_encryption_on_a_node_without_a_key_is_400():
     async with ApiHarness() as api:
-        await configure_encrypted(api)
-        status, _, body = await api.call("POST", "/api/v1/timers", json=[schedule()])
-        assert (status, body["error"]) == (500, "encryption_unavailable")
+        status, _, body = await api.call("POST", "/api/v1/configure", json={"queue": "secret", "options": {"encryptionEnabled": True}})
+        assert (status, body["error"]) == (400, "bad_request") and "QUEEN_ENCRYPTION_KEY" in body["message"]
+        assert api.groups["acme"].state.queue_options("secret") is None
+
+
+async def test_encrypting_queue_without_a_key_is_503_elsewhere_not_stored_plain():
+    async with ApiHarness() as api:
+        # Configured through another node (one with the key), after this one started.
+        api.groups["acme"]._apply({"op": "configure", "queue": "secret", "options": {"encryptionEnabled": True}, "mode": "merge"})
+        status, headers, body = await api.call("POST", "/api/v1/timers", json=[schedule()])
+        assert (status, body["error"], headers["Retry-After"]) == (503, "encryption_unavailable", "1")
         status, _, body = await api.call("POST", "/api/v1/push", json={"items": [{"queue": "secret", "payload": 1}]})
-        assert (status, body["error"]) == (500, "encryption_unavailable")
+        assert (status, body["error"]) == (503, "encryption_unavailable")
+        status, _, body = await api.call("POST", "/api/v1/transaction", json={"operations": [{"type": "push", "queue": "secret", "payload": 1}]})
+        assert (status, body["error"]) == (503, "encryption_unavailable")
         assert api.groups["acme"].state.counters()["pendingTimers"] == 0
+        assert api.groups["acme"].state.fetch("secret") == []
 
 
 @pytest.mark.parametrize("body", [[], {"queue": ""}, {"queue": "q", "options": []}, {"queue": "q", "mode": "patch"},

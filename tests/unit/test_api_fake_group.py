@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from typing import Any
 
 import msgpack
-from aiohttp import test_utils
+import jsonschema
+from aiohttp import test_utils, web
 
 from queen_raft.api.app import create_app
 from queen_raft.api.apply_signal import ApplySignal
 from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
+from queen_raft.api.openapi import response_schema
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import parse_config
@@ -106,12 +109,49 @@ def make_serving(env: dict[str, str] | None = None) -> tuple[ServingNode, dict[s
     return serving, groups
 
 
+def conformance_problem(route: str, method: str, status: int, content_type: str, body: bytes) -> str | None:
+    """What is wrong with one real answer against the OpenAPI document, or None."""
+    try:
+        schema = response_schema(route, method, status)
+    except KeyError as exc:
+        return str(exc)
+    if schema is None:
+        return None
+    if not content_type.startswith("application/json"):
+        return f"{method} {route} {status}: content type {content_type}, documented JSON"
+    try:
+        jsonschema.validate(json.loads(body), schema, cls=jsonschema.Draft202012Validator)
+    except jsonschema.ValidationError as exc:
+        return f"{method} {route} {status}: {exc.message} at {list(exc.absolute_path)}"
+    return None
+
+
+def recording_middleware(exchanges: list):
+    """Outermost, so it sees the answer the client gets (after the JSON error middleware)."""
+
+    @web.middleware
+    async def record(request: web.Request, handler):
+        response = await handler(request)
+        resource = getattr(request.match_info.route, "resource", None)
+        if resource is not None and isinstance(response, web.Response):
+            exchanges.append((resource.canonical, request.method, response.status, response.content_type,
+                              response.body or b""))
+        return response
+
+    return record
+
+
 class ApiHarness:
-    """An aiohttp test client on a real app over FakeGroups."""
+    """An aiohttp test client on a real app over FakeGroups. Every answer to a documented route is
+    checked against the OpenAPI document when the harness closes, so each API unit test is also a
+    conformance test of what it touched."""
 
     def __init__(self, env: dict[str, str] | None = None):
         self.serving, self.groups = make_serving(env)
-        self.client = test_utils.TestClient(test_utils.TestServer(create_app(self.serving)))
+        app = create_app(self.serving)
+        self.exchanges: list[tuple] = []
+        app.middlewares.insert(0, recording_middleware(self.exchanges))
+        self.client = test_utils.TestClient(test_utils.TestServer(app))
 
     async def __aenter__(self) -> "ApiHarness":
         await self.client.start_server()
@@ -119,6 +159,9 @@ class ApiHarness:
 
     async def __aexit__(self, *exc) -> None:
         await self.client.close()
+        if exc[0] is None:
+            problems = [p for p in (conformance_problem(*exchange) for exchange in self.exchanges) if p]
+            assert not problems, "answers not as documented:\n" + "\n".join(problems)
 
     async def call(self, method: str, path: str, token: str | None = "acme-rw", json: Any = None,
                    data: bytes | None = None) -> tuple[int, dict, Any]:

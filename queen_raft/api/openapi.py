@@ -1,0 +1,374 @@
+"""The OpenAPI 3.1 document of every route, built from the limits the routes enforce.
+
+One module, shared: `GET /api/v1/openapi.json` serves `document()`, the conformance test validates
+real answers against `response_schema()`, and the fuzz run generates requests from it. The bounds
+below are imported from the route modules, so a limit changed there changes here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from typing import Any
+
+from aiohttp import web
+
+from queen_raft.api import dlq, kv, messages, timers
+from queen_raft.api.requests import JSON_SAFE_INT, json_response
+
+OPENAPI_VERSION = "3.1.0"
+API_VERSION = "1"
+REF = "#/components/schemas/"
+
+STR = {"type": "string"}
+NON_EMPTY = {"type": "string", "minLength": 1}
+INT = {"type": "integer", "minimum": -JSON_SAFE_INT, "maximum": JSON_SAFE_INT}
+NON_NEG = {"type": "integer", "minimum": 0, "maximum": JSON_SAFE_INT}
+BOOL = {"type": "boolean"}
+NULL_STR = {"type": ["string", "null"]}
+NULL_INT = {"type": ["integer", "null"]}
+B64 = {"type": "string", "contentEncoding": "base64"}
+ANY: dict = {}
+
+
+def ref(name: str) -> dict:
+    return {"$ref": REF + name}
+
+
+def obj(properties: dict, required: tuple[str, ...] = (), closed: bool = True) -> dict:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def array(items: dict, min_items: int = 0, max_items: int | None = None) -> dict:
+    schema: dict[str, Any] = {"type": "array", "items": items}
+    if min_items:
+        schema["minItems"] = min_items
+    if max_items is not None:
+        schema["maxItems"] = max_items
+    return schema
+
+
+TIMER_FIELDS = {
+    "partition": STR, "deliverAt": INT, "dueAt": INT, "txn": STR, "messageId": STR, "payloadZstd": BOOL,
+    "encrypted": BOOL, "producerSub": NULL_STR, "attempts": NON_NEG, "lastError": NULL_STR,
+    "claimed": {"const": False}, "createdAt": INT, "updatedAt": INT,
+}
+KV_ROW = obj({"ns": STR, "key": STR, "found": BOOL, "value": ANY, "version": NULL_INT, "expiresAt": NULL_INT},
+             ("ns", "key", "found", "value", "version", "expiresAt"))
+PUSH_VERDICT = obj({
+    "index": NON_NEG, "messageId": STR, "transactionId": STR, "queue": STR, "partition": STR,
+    "status": {"enum": ["queued", "duplicate", "error"]}, "offset": NULL_INT, "error": STR,
+}, ("index", "messageId", "transactionId", "queue", "partition", "status", "offset"))
+ACK_VERDICT = obj({"index": NON_NEG, "success": BOOL, "error": STR, "dlq": BOOL}, ("index", "success"))
+MESSAGE_PAYLOAD = {"payload": ANY, "payloadB64": B64, "encrypted": BOOL, "decryptError": STR}
+
+SCHEMAS: dict[str, dict] = {
+    "Error": obj({
+        "error": {"type": "string", "description": "the error code"}, "message": STR,
+        "index": {**NON_NEG, "description": "the item to blame, when there is one"},
+        "success": {"const": False, "description": "transaction refusals only"},
+        "reason": {"type": "string", "description": "transaction refusals only: the error code again"},
+    }, ("error", "message")),
+    "TimerSchedule": obj({
+        "op": {"enum": ["schedule", "reschedule"]}, "queue": NON_EMPTY, "timerKey": NON_EMPTY, "delayMs": INT,
+        "txn": NON_EMPTY, "payload": B64, "partition": NON_EMPTY, "payloadZstd": BOOL, "encrypted": BOOL,
+    }, ("op", "queue", "timerKey", "delayMs", "txn", "payload")),
+    "TimerCancel": obj({"op": {"const": "cancel"}, "queue": NON_EMPTY, "timerKey": NON_EMPTY, "txn": NULL_STR},
+                       ("op", "queue", "timerKey")),
+    "TimerOp": {"oneOf": [ref("TimerSchedule"), ref("TimerCancel")]},
+    "TimerResult": obj({
+        "ok": BOOL, "status": {"enum": ["scheduled", "rescheduled", "cancelled", "absent", "too_late"]},
+        "queue": STR, "timerKey": STR, "txn": NULL_STR, "messageId": STR, "deliverAt": INT,
+    }, ("ok", "status", "queue", "timerKey", "txn")),
+    "TimerPeek": {"oneOf": [
+        obj({"found": {"const": True}, "queue": STR, "timerKey": STR, "payload": B64, **TIMER_FIELDS},
+            ("found", "queue", "timerKey", "partition", "deliverAt", "txn", "messageId", "payload", "payloadZstd",
+             "encrypted", "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")),
+        obj({"found": {"const": False}, "queue": STR, "timerKey": STR}, ("found", "queue", "timerKey")),
+    ]},
+    "TimerList": obj({
+        "rows": array(obj({"queue": STR, "timerKey": STR, **TIMER_FIELDS}, ("queue", "timerKey", "deliverAt", "txn"))),
+        "truncated": BOOL, "nextAfter": NULL_STR,
+    }, ("rows", "truncated", "nextAfter")),
+    "PushItem": obj({
+        "queue": NON_EMPTY, "partition": NON_EMPTY, "payload": {"description": "any JSON value"}, "payloadB64": B64,
+        "transactionId": NON_EMPTY, "traceId": NON_EMPTY,
+    }, ("queue",)),
+    "PushVerdict": PUSH_VERDICT,
+    "Message": obj({
+        "transactionId": STR, "messageId": STR, "queue": STR, "partition": STR, "offset": NON_NEG, "leaseId": NULL_STR,
+        "deliveryAttempt": NON_NEG, "createdAt": INT, "consumerGroup": STR, "traceId": NULL_STR, **MESSAGE_PAYLOAD,
+    }, ("transactionId", "messageId", "partition", "offset", "deliveryAttempt", "createdAt", "consumerGroup")),
+    "Record": obj({
+        "offset": NON_NEG, "transactionId": STR, "messageId": STR, "createdAt": INT, "producerSub": NULL_STR,
+        "traceId": NULL_STR, **MESSAGE_PAYLOAD,
+    }, ("offset", "transactionId", "messageId", "createdAt")),
+    "Acknowledgment": obj({
+        "queue": NON_EMPTY, "partition": NON_EMPTY, "transactionId": NON_EMPTY, "offset": NON_NEG,
+        "status": {"enum": list(messages.ACK_STATUSES)}, "error": STR,
+    }),
+    "AckVerdict": ACK_VERDICT,
+    "KvOp": obj({
+        "op": {"enum": list(kv.KV_OPS)}, "ns": NON_EMPTY, "key": NON_EMPTY, "value": ANY,
+        "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": kv.MAX_KV_TTL_S}, "forever": BOOL,
+        "by": INT, "expectedVersion": NULL_INT,
+    }, ("op", "ns", "key")),
+    "KvRow": KV_ROW,
+    "QueueOptions": obj({
+        "leaseTime": {"type": "integer", "description": "seconds"}, "retryLimit": {"type": "integer"},
+        "deadLetterQueue": BOOL, "dedupWindowSeconds": {"type": "integer"},
+        "delayedProcessing": {"type": "integer", "description": "seconds"}, "maxPayloadBytes": {"type": "integer"},
+        "maxSize": {"type": "integer", "description": "messages; 0 is unlimited"},
+        "retentionSeconds": {"type": "integer"}, "encryptionEnabled": BOOL,
+    }),
+    "DlqRow": obj({
+        "dlqId": STR, "queue": STR, "partition": STR, "consumerGroup": STR, "offset": INT, "transactionId": STR,
+        "messageId": STR, "payload": {"type": ["string", "null"], "contentEncoding": "base64"},
+        "payloadZstd": BOOL, "encrypted": BOOL, "createdAt": NULL_INT, "producerSub": NULL_STR,
+        "traceId": NULL_STR, "error": NULL_STR, "attempts": NULL_INT, "failedAt": NULL_INT, "timerKey": NULL_STR,
+    }, ("dlqId", "queue", "partition", "consumerGroup", "offset", "transactionId", "messageId")),
+    "TransactionOperation": {"oneOf": [
+        {"allOf": [ref("PushItem")], "properties": {"type": {"const": "push"}}, "required": ["type"]},
+        obj({
+            "type": {"const": "ack"}, "consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY, "queue": NON_EMPTY,
+            "partition": NON_EMPTY, "transactionId": NON_EMPTY, "offset": NON_NEG,
+            "status": {"enum": list(messages.ACK_STATUSES)}, "error": STR,
+        }, ("type", "leaseId")),
+    ]},
+}
+# A push item of a transaction carries `type` besides the push fields; the closed PushItem would
+# refuse it, so the transaction's variant lists the fields itself.
+SCHEMAS["TransactionOperation"]["oneOf"][0] = obj(
+    {"type": {"const": "push"}, **SCHEMAS["PushItem"]["properties"]}, ("type", "queue"))
+
+UNAUTHORIZED = ("401", "missing or unknown bearer token")
+FORBIDDEN = ("403", "the token's level does not allow this route")
+BAD = ("400", "the request is malformed; nothing was proposed")
+TOO_BIG = ("413", "the body is over the HTTP ceiling, or the call over the Raft entry bound")
+UNAVAILABLE_503 = ("503", "no leader, or the entry not committed in time: the outcome may be unknown; retry "
+                          "after Retry-After (writes are idempotent)")
+STANDARD_ERRORS = (UNAUTHORIZED, FORBIDDEN, BAD, TOO_BIG, UNAVAILABLE_503)
+RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "whole seconds"}}
+HINT = {"x-queen-timers-hint": {"schema": {"type": "string"},
+                                "description": "DELETE /api/v1/timers/{queue}/{timerKey}, which the gate never refuses"}}
+
+
+def json_content(schema: dict) -> dict:
+    return {"application/json": {"schema": schema}}
+
+
+def error(description: str, headers: dict | None = None) -> dict:
+    answer: dict[str, Any] = {"description": description, "content": json_content(ref("Error"))}
+    if headers:
+        answer["headers"] = headers
+    return answer
+
+
+def operation(summary: str, ok: dict, errors: tuple = STANDARD_ERRORS, body: dict | None = None,
+              params: list | None = None, ok_status: str = "200", public: bool = False,
+              extra: dict | None = None, tag: str = "queen") -> dict:
+    responses: dict[str, Any] = {ok_status: {"description": "answered", "content": json_content(ok)}}
+    for status, description in errors:
+        headers = RETRY_AFTER if status in ("429", "503") else None
+        responses[status] = error(description, headers)
+    responses.update(extra or {})
+    op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": json_content(body)}
+    if params:
+        op["parameters"] = params
+    if public:
+        op["security"] = []
+    return op
+
+
+def path_param(name: str, description: str = "") -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": NON_EMPTY, "description": description}
+
+
+def query_param(name: str, schema: dict, description: str = "") -> dict:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _paths() -> dict:
+    queue, key = path_param("queue"), path_param("timerKey", "a catch-all: tenant/42 is one key; URL-decoded once")
+    ns, kv_key = path_param("ns"), path_param("key", "a catch-all, like timerKey")
+    timer_results = obj({"results": array(ref("TimerResult"))}, ("results",))
+    kv_results = obj({"results": array(ref("KvRow"))}, ("results",))
+    ack_body = obj({
+        "consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY,
+        "acknowledgments": array(ref("Acknowledgment"), 1, messages.MAX_ACK_ITEMS),
+    }, ("acknowledgments", "leaseId"))
+    ack_answer = obj({"results": array(ref("AckVerdict"))}, ("results",))
+    transaction_ok = {"oneOf": [
+        obj({"success": {"const": True}, "results": array({"type": "object"})}, ("success", "results")),
+        obj({"success": {"const": False}, "reason": {"enum": [
+            "rejected_ack", "duplicate", "kv_precondition", "bad_request", "too_large", "timers_quota_exceeded"]},
+            "error": STR, "index": NON_NEG}, ("success", "reason", "error")),
+    ]}
+    pop_params = [
+        query_param("consumerGroup", NON_EMPTY, "none: the queue-mode group"),
+        query_param("batch", {"type": "integer", "minimum": 1, "maximum": messages.MAX_POP_BATCH}),
+        query_param("wait", BOOL, "long poll until a message or the timeout"),
+        query_param("timeout", {"type": "integer", "minimum": 0, "maximum": messages.MAX_POP_TIMEOUT_MS}, "ms"),
+        query_param("autoAck", BOOL),
+    ]
+    pop_answer = obj({"leaseId": NULL_STR, "messages": array(ref("Message"))}, ("leaseId", "messages"))
+    pop_extra = {"204": {"description": "nothing to deliver after the wait"}}
+    usage = obj({
+        "tenant": STR, "billedMessages": NON_NEG, "pushedMessages": NON_NEG, "pendingTimers": NON_NEG,
+        "fired": obj({name: NON_NEG for name in ("appended", "duplicate", "failed", "dlq")},
+                     ("appended", "duplicate", "failed", "dlq")),
+        "schedulingPaused": BOOL,
+    }, ("tenant", "billedMessages", "pushedMessages", "pendingTimers", "fired", "schedulingPaused"))
+    paused = obj({"tenant": STR, "paused": BOOL}, ("tenant", "paused"))
+    group_status = obj({"role": NULL_STR, "leader": NULL_STR, "term": NULL_INT, "commitIndex": NULL_INT,
+                        "appliedIndex": NULL_INT})
+    health = obj({"status": {"enum": ["healthy", "settling"]}, "node": STR,
+                  "groups": {"type": "object", "additionalProperties": group_status}}, ("status", "node", "groups"))
+    return {
+        "/api/v1/timers": {"post": operation(
+            "Schedule, reschedule or cancel timers: one batch, one entry", timer_results,
+            body={"oneOf": [obj({"operations": array(ref("TimerOp"), 1, None)}, ("operations",)),
+                            array(ref("TimerOp"), 1, None)],
+                  "description": "at most QUEEN_TIMERS_MAX_OPS_PER_CALL operations (default 256)"},
+            errors=(UNAUTHORIZED, ("403", "forbidden, timers_quota_exceeded or timer_horizon_exceeded"),
+                    ("400", "timers_bad_request"), ("413", "payload_too_large"),
+                    ("429", "rate_limited (per node, per tenant)"),
+                    ("503", "timers_disabled (an operator paused scheduling) or timers_unavailable")),
+            extra=None)},
+        "/api/v1/timers/{queue}": {"get": operation(
+            "List a queue's pending timers by timerKey (keyset)", ref("TimerList"),
+            params=[queue, query_param("after", STR, "exclusive cursor"),
+                    query_param("limit", {"type": "integer"}, f"clamped to 1..{timers.LIST_MAX_LIMIT}")])},
+        "/api/v1/timers/{queue}/{timerKey}": {
+            "get": operation("Peek one timer (payload as stored, never decrypted)", ref("TimerPeek"), params=[queue, key]),
+            "delete": operation("Cancel one timer; never refused by the pause, the rate or the quota",
+                                ref("TimerResult"), params=[queue, key, query_param("txn", STR, "echoed")]),
+        },
+        "/api/v1/push": {"post": operation(
+            "Push messages; a verdict per item", obj({"results": array(ref("PushVerdict"))}, ("results",)),
+            body=obj({"items": array(ref("PushItem"), 1, messages.MAX_PUSH_ITEMS)}, ("items",)), ok_status="201")},
+        "/api/v1/pop/queue/{queue}": {"get": operation(
+            "Pop (takes a lease, a write)", pop_answer, params=[queue, *pop_params], extra=pop_extra)},
+        "/api/v1/pop/queue/{queue}/partition/{partition}": {"get": operation(
+            "Pop one partition", pop_answer, params=[queue, path_param("partition"), *pop_params], extra=pop_extra)},
+        "/api/v1/ack": {"post": operation(
+            "Acknowledge (single form, or the batch form)", ack_answer,
+            body={"oneOf": [ack_body, {"allOf": [ref("Acknowledgment")],
+                                       "properties": {"consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY}}]})},
+        "/api/v1/ack/batch": {"post": operation("Acknowledge many: completed, failed, retry, dlq", ack_answer,
+                                                body=ack_body)},
+        "/api/v1/lease/{leaseId}/extend": {"post": operation(
+            "Extend a lease", obj({"ok": BOOL, "leaseId": STR, "expiresAt": INT}, ("ok", "leaseId", "expiresAt")),
+            body=obj({"seconds": {"type": "integer", "minimum": 1, "maximum": messages.MAX_LEASE_EXTEND_S}},
+                     ("seconds",)),
+            params=[path_param("leaseId")],
+            errors=(*STANDARD_ERRORS, ("404", "invalid_lease: unknown, expired or released")))},
+        "/api/v1/fetch": {"post": operation(
+            "Read partitions back by offset (no lease, linearizable)",
+            obj({"entries": array(obj({"records": array(ref("Record"))}, ("records",)))}, ("entries",)),
+            body=obj({"entries": array(obj({
+                "queue": NON_EMPTY, "partition": NON_EMPTY, "offset": NON_NEG, "limit": {"type": "integer"},
+            }, ("queue",)), 1, messages.MAX_FETCH_ENTRIES)}, ("entries",)))},
+        "/api/v1/configure": {"post": operation(
+            "Set a queue's options (merge or replace)",
+            obj({"queue": STR, "options": ref("QueueOptions")}, ("queue", "options")),
+            body=obj({"queue": NON_EMPTY, "options": ref("QueueOptions"), "mode": {"enum": ["merge", "replace"]}},
+                     ("queue",)))},
+        "/api/v1/transaction": {"post": operation(
+            "Pushes, acks, KV and timer ops in one entry, all or nothing", transaction_ok,
+            body=obj({
+                "operations": array(ref("TransactionOperation")), "kv": array(ref("KvOp")),
+                "timers": array(ref("TimerOp")),
+            }),
+            errors=(UNAUTHORIZED, FORBIDDEN, ("400", "bad_request (with success: false, reason, index)"),
+                    ("413", "too_large: over the Raft entry bound or the HTTP ceiling"),
+                    ("503", "timers_disabled (schedules while paused) or unavailable")))},
+        "/api/v1/kv": {"post": operation(
+            "A KV batch, all or nothing", kv_results,
+            body=obj({"ops": array(ref("KvOp"), 1, kv.MAX_KV_OPS)}, ("ops",)),
+            errors=(*STANDARD_ERRORS, ("409", "kv_precondition, with the failed op's index")))},
+        "/api/v1/kv/{ns}/{key}": {
+            "get": operation("Read one key (linearizable); found: false when absent", ref("KvRow"),
+                             params=[ns, kv_key]),
+            "put": operation("Write one key", ref("KvRow"), params=[ns, kv_key],
+                             body=obj({"value": ANY, "ttlSeconds": {"type": "integer", "minimum": 1,
+                                                                     "maximum": kv.MAX_KV_TTL_S},
+                                       "forever": BOOL}, ("value",))),
+            "delete": operation("Delete one key; found says whether a live key was deleted", ref("KvRow"),
+                                params=[ns, kv_key]),
+        },
+        "/api/v1/dlq": {"get": operation(
+            "Dead-letter rows, payload as stored", obj({"rows": array(ref("DlqRow"))}, ("rows",)),
+            params=[query_param("queue", STR, "none: every queue"),
+                    query_param("limit", {"type": "integer"}, f"clamped to 1..{dlq.DLQ_MAX_LIMIT}")])},
+        "/api/v1/dlq/{dlqId}/replay": {"post": operation(
+            "Push a dead-lettered message again (a new messageId, also its transactionId)", PUSH_VERDICT,
+            params=[path_param("dlqId")],
+            errors=(*STANDARD_ERRORS, ("404", "not_found"), ("409", "dlq_replay_refused: a timer's row")))},
+        "/api/v1/admin/timers/pause": {"post": operation("Pause timer scheduling (admin)", paused, tag="admin")},
+        "/api/v1/admin/timers/resume": {"post": operation("Resume timer scheduling (admin)", paused, tag="admin")},
+        "/api/v1/usage": {"get": operation("Billed messages and counters of the tenant (admin)", usage, tag="admin")},
+        "/api/v1/openapi.json": {"get": operation("This document", {"type": "object"}, errors=(), public=True)},
+        "/health": {"get": operation("Each group's Raft view from this node", health, errors=(), public=True,
+                                     extra={"503": {"description": "some group has no known leader",
+                                                    "content": json_content(health)}})},
+        "/metrics": {"get": {"summary": "Prometheus text", "security": [], "tags": ["queen"],
+                             "responses": {"200": {"description": "metrics",
+                                                   "content": {"text/plain": {"schema": STR}}}}}},
+    }
+
+
+@lru_cache(maxsize=1)
+def _document() -> dict:
+    paths = _paths()
+    body = paths["/api/v1/transaction"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {"title": "queen-raft", "version": API_VERSION,
+                 "description": "A Raft-replicated timer service (SPEC.md). Every error body is "
+                                "{error, message}; see docs/api.md."},
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "a tenant token: admin, read-write, read-only or write-only"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def document() -> dict:
+    """A fresh copy: callers (tests, the fuzz) may annotate it."""
+    return copy.deepcopy(_document())
+
+
+def response_schema(path: str, method: str, status: int) -> dict | None:
+    """The JSON schema of one answer, with the components resolvable (for jsonschema), or None
+    when the document names no JSON body for it."""
+    spec = _document()
+    responses = spec["paths"][path][method.lower()]["responses"]
+    answer = responses.get(str(status))
+    if answer is None:
+        raise KeyError(f"{method} {path} documents no {status}")
+    schema = answer.get("content", {}).get("application/json", {}).get("schema")
+    if schema is None:
+        return None
+    # Component refs rewritten to local $defs, so a plain 2020-12 validator resolves them.
+    return json.loads(json.dumps({**schema, "$defs": SCHEMAS}).replace(f'"{REF}', '"#/$defs/'))
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return json_response(_document())
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/v1/openapi.json", get_openapi)
