@@ -7,8 +7,8 @@ Layout, chosen for a million pending timers (see bench/state_bench.py for the me
 - `by_queue[queue][timerKey] -> Timer` finds a timer; `keys[queue]` (a SortedList of keys) serves
   the keyset listing ordered by timerKey (str order is the order of the UTF-8 bytes); `due` (a
   SortedList of `(dueAt, queue, timerKey, timer)`) gives the fire order and `next_due_at`.
-- Snapshot rows are written in due order: the bytes depend only on the pending timers, never on
-  the history of a dict, and a restore rebuilds the due index from an already sorted list.
+- Snapshot columns are written in due order: the bytes depend only on the pending timers, never
+  on the history of a dict, and a restore rebuilds the due index from an already sorted list.
 
 Choices where SPEC.md is silent:
 
@@ -207,29 +207,32 @@ class TimerTable:
                 "nextAfter": page[-1] if truncated else None}
 
     def to_wire(self) -> bytes:
-        """msgpack of every timer's row, in due order (so the bytes depend on the value alone).
+        """msgpack of the timers as columns (one list per slot), rows in due order.
 
-        Rows are tuples gathered by `attrgetter` from the due index (C speed, no lookup per
-        timer) and travel as their own msgpack blob, so they unpack as tuples while the rest of
-        the snapshot keeps lists.
+        Due order makes the bytes depend on the pending timers alone (never on a dict's history)
+        and lets `from_wire` build the due index from a sorted list. Rows are gathered by
+        `attrgetter` from the due index (C speed, no lookup per timer) and transposed here, so a
+        restore gets columns without transposing (the slower side: it also builds the objects).
+        The blob is its own msgpack value so it unpacks as tuples while the rest of the snapshot
+        keeps lists.
         """
-        return msgpack.packb(list(map(_TIMER_ROW, [entry[3] for entry in self.due])),
-                             use_bin_type=True)
+        rows = map(_TIMER_ROW, [entry[3] for entry in self.due])
+        return msgpack.packb(list(zip(*rows)), use_bin_type=True)
 
     @classmethod
     def from_wire(cls, blob: bytes) -> TimerTable:
-        """Rebuild from rows in due order: the due index is built from a sorted list.
+        """Rebuild from columns in due order: the due index is built from a sorted list.
 
         Column by column with `map` and `zip` (C loops) rather than one Python loop per row: a
         million-timer restore spends most of its time here.
         """
-        rows = msgpack.unpackb(blob, use_list=False, raw=False)
+        columns = msgpack.unpackb(blob, use_list=False, raw=False)
         table = cls()
-        if not rows:
+        if not columns:
             return table
         (due_ats, queues, keys, partitions, txns, message_ids, payloads, zstds, encrypteds,
-         subs, attempts, last_errors, deliver_ats, created, updated) = zip(*rows)
-        del rows
+         subs, attempts, last_errors, deliver_ats, created, updated) = columns
+        del columns
         queues = list(map(_intern, queues))
         timers = list(map(
             Timer, due_ats, queues, keys, map(_intern, partitions), txns, message_ids, payloads,
