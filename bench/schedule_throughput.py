@@ -22,7 +22,7 @@ BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest ba
 # Batches in flight at once: enough to keep the leader's pipeline full (one batch is one entry).
 BATCH_CLIENTS = 4
 FAR_DELAY_MS = 3_600_000
-DURATION_S = {False: 20.0, True: 3.0}  # per phase: full, --quick
+DURATION_S = {False: 10.0, True: 3.0}  # per phase: full, --quick
 
 
 def measure(service: TimerService, quick: bool, profile: bool) -> dict:
