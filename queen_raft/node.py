@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -20,7 +21,7 @@ from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import ClusterConfig, NodeConfig, Settings
-from queen_raft.raft import RaftSettings, TenantGroup
+from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
 from queen_raft.state import TenantState
 
 log = logging.getLogger("queen_raft.node")
@@ -28,6 +29,22 @@ log = logging.getLogger("queen_raft.node")
 # Open long polls are answered (204) or dropped within this after SIGTERM; aiohttp's default of
 # 60 s would make a clean stop wait for every parked consumer.
 SHUTDOWN_GRACE_S = 2.0
+# A node without QUEEN_ENCRYPTION_KEY learns whether a tenant has an encrypting queue once its
+# groups have replayed: a read barrier (every committed entry applied here) needs a leader, which
+# a node whose majority is down cannot have. It tries this long, then serves anyway (an encrypting
+# queue is then answered 503 encryption_unavailable by this node) and says so in its log.
+ENCRYPTION_CHECK_TIMEOUT_S = 60.0
+ENCRYPTION_CHECK_RETRY_S = 0.25
+# sysexits' EX_CONFIG: the operator must fix the node's environment, a restart alone will not do.
+EXIT_MISSING_ENCRYPTION_KEY = 78
+
+
+class MissingEncryptionKey(RuntimeError):
+    """A tenant has a queue with encryptionEnabled and this node has no QUEEN_ENCRYPTION_KEY."""
+
+
+def encrypting_queue_names(state: TenantState) -> list[str]:
+    return sorted(name for name in state.broker.queues if (state.queue_options(name) or {}).get("encryptionEnabled"))
 
 
 def raft_settings(settings: Settings) -> RaftSettings:
@@ -69,6 +86,7 @@ class NodeProcess:
     node: NodeConfig
     groups: dict[str, TenantGroup]
     serving: ServingNode
+    missing_key: MissingEncryptionKey | None = None
 
 
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
@@ -127,6 +145,45 @@ def _tick_result_observer(metrics: ApiMetrics, tenant: str):
     return observe
 
 
+async def find_encrypting_queues(process: NodeProcess, timeout_s: float = ENCRYPTION_CHECK_TIMEOUT_S) -> dict[str, list[str]]:
+    """tenant -> its encrypting queues, read after each group's barrier (the replayed journal and
+    snapshot applied). A group that finds no leader in time is reported as unknown in the log."""
+    found: dict[str, list[str]] = {}
+    deadline = time.monotonic() + timeout_s
+    for tenant, group in process.groups.items():
+        # Restored from the snapshot already: a hit here needs no leader.
+        names = group.peek_local(encrypting_queue_names)
+        while not names:
+            try:
+                names = await group.read(encrypting_queue_names)
+                break
+            except GroupUnavailable:
+                if time.monotonic() >= deadline:
+                    log.warning("node %s: tenant %s has no leader after %.0f s; cannot tell whether it has "
+                                "encrypting queues (this node has no QUEEN_ENCRYPTION_KEY)", process.node.id, tenant,
+                                timeout_s)
+                    break
+                await asyncio.sleep(ENCRYPTION_CHECK_RETRY_S)
+        if names:
+            found[tenant] = names
+    return found
+
+
+async def refuse_to_run_without_key(process: NodeProcess, stop: asyncio.Event) -> None:
+    """Stops the node when it lacks the key a tenant's queues need (issue 4): it could neither
+    encrypt what is pushed or scheduled to them nor decrypt what consumers pop."""
+    if process.serving.cipher is not None:
+        return
+    found = await find_encrypting_queues(process)
+    if found:
+        listing = "; ".join(f"tenant {t}: {', '.join(q)}" for t, q in sorted(found.items()))
+        process.missing_key = MissingEncryptionKey(
+            f"node {process.node.id} has no QUEEN_ENCRYPTION_KEY but queues encrypt at rest ({listing}); "
+            "set QUEEN_ENCRYPTION_KEY (64 hex chars, the cluster's key) and start it again")
+        log.critical("%s", process.missing_key)
+        stop.set()
+
+
 async def serve(process: NodeProcess) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -142,10 +199,12 @@ async def serve(process: NodeProcess) -> None:
     await site.start()
     log.info("node %s serving http://%s:%s (tenants: %s)", process.node.id, process.node.host,
              process.node.http_port, ", ".join(process.groups))
+    key_check = asyncio.create_task(refuse_to_run_without_key(process, stop))
     try:
         await stop.wait()
         log.info("node %s stopping", process.node.id)
     finally:
+        key_check.cancel()
         await runner.cleanup()
         for group in process.groups.values():
             await group.stop()
@@ -159,3 +218,5 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
         for group in process.groups.values():
             group.destroy()
         log.info("node %s stopped", process.node.id)
+    if process.missing_key is not None:
+        raise SystemExit(EXIT_MISSING_ENCRYPTION_KEY)
