@@ -1,4 +1,5 @@
-"""`queen-raft node`, `queen-raft cluster up` and `queen-raft cluster status`."""
+"""`queen-raft node`, `queen-raft cluster up` and `queen-raft cluster status`; the client commands
+(timer, push, pop, kv) live in cli_client.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from queen_raft.cli_client import add_client_commands
 from queen_raft.config import ClusterConfig, ConfigError, load_config
 
 # `cluster up` waits this long for every node to report a leader in every group: an election is
@@ -177,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = cluster_sub.add_parser("status", help="each group's leader, term, commit and applied index")
     status.add_argument("--config", type=Path, required=True)
     status.set_defaults(handler=cmd_cluster_status)
+    add_client_commands(sub)
     return parser
 
 

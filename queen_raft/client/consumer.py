@@ -160,7 +160,7 @@ async def _keep_lease(queen: "Queen", lease_id: str, seconds: int) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await queen.extend_lease(lease_id, seconds)
+            await queen.extend_lease(lease_id, f"{seconds}s")
         except NotFound:  # every message settled (the lease is released) or it expired: nothing to keep
             return
         except QueenError as exc:  # a failed renewal is retried at the next interval; the lease has slack
