@@ -93,6 +93,8 @@ class Transport:
         self._nodes = [_NodeState(URL(u.rstrip("/"))) for u in self.urls]
         self._current = 0
         self._owns_session = self.session is None
+        # Attempts that failed and were retried, over the client's life: how often failover happened.
+        self.failed_attempts = 0
 
     async def open(self) -> None:
         if self.session is None:
@@ -119,6 +121,7 @@ class Transport:
         return min(range(count), key=lambda i: self._nodes[i].not_before)
 
     def _fail_over(self, index: int, wait_s: float) -> None:
+        self.failed_attempts += 1
         self._nodes[index].not_before = time.monotonic() + wait_s
         if index == self._current:
             self._current = (index + 1) % len(self._nodes)
