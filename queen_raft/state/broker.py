@@ -1,7 +1,8 @@
 """The message side of a tenant: the push path, pop, ack, leases, configure and the DLQ.
 
-Timers fire through `Broker.push_message`, the same path as `push`, so a fired message and a pushed
-one are indistinguishable in the log.
+A timer's fire takes the steps of `Broker.push_message` (dedup, then the payload and size limits,
+then `Broker.append`; inlined in `timers.fire` for speed), so a fired message and a pushed one are
+indistinguishable in the log.
 
 Choices where SPEC.md is silent:
 
@@ -16,7 +17,7 @@ Choices where SPEC.md is silent:
   at once (settled only, without a row, when the queue keeps no DLQ).
 - Leases expire lazily: an expired lease is released when a pop, an ack or an extend meets it.
   That is a function of the entries alone, so replicas agree.
-- A pop whose `leaseId` is already a live lease's id is refused (`bad_request`): ids are UUIDv7s
+- A pop whose `leaseId` is already a lease's id is refused (`bad_request`): ids are UUIDv7s
   minted by the proposer, so this only guards against a broken proposer.
 - `dlq_replay` pushes the row's payload to its queue and partition with the command's `messageId`
   as both messageId and transactionId (the original txn would be a duplicate inside the dedup

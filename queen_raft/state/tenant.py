@@ -17,8 +17,12 @@ Choices where SPEC.md is silent:
   transaction) `duplicate`; a push over the queue's payload limit or over its maxSize
   `too_large` (the `error` text names which); a malformed part `bad_request`. Its timers fire in
   the same entry when already due, after its pushes, acks and kv ops.
-- The counters: `billedMessages` (schedule/reschedule ops and accepted push items),
-  `pushedMessages` (every message appended to a partition), `fired` by result.
+- The counters: `billedMessages` (each schedule/reschedule op, each push item whatever its
+  verdict, the pushes of a transaction when it commits), `pushedMessages` (every message
+  appended to a partition: push, fire, replay), `fired` by result.
+- `snapshot` and `restore` pause the cyclic GC while they run (see `collector_paused`). A process
+  that has just restored a million timers may want `gc.freeze()`: the next full collection would
+  otherwise walk every timer once (~1 s); that is the raft layer's call, not the state's.
 """
 
 from __future__ import annotations
