@@ -142,9 +142,12 @@ class NodeCluster:
     def log_path(self, node_id: str) -> Path:
         return self.workdir / f"{node_id}.log"
 
-    def start_node(self, node_id: str) -> None:
+    def start_node(self, node_id: str, without_env: tuple[str, ...] = ()) -> None:
+        """`without_env` names variables this start leaves out (a node started without its key)."""
         env = {**os.environ, **self.env}
         env.pop("QUEEN_TEST_CLOCK_OFFSET_MS", None)
+        for name in without_env:
+            env.pop(name, None)
         with open(self.log_path(node_id), "ab") as log:
             self.processes[node_id] = subprocess.Popen(
                 [sys.executable, "-m", "queen_raft", "node", "--config", str(self.config_path), "--id", node_id],
