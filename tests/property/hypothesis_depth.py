@@ -19,12 +19,19 @@ else:
     STATEFUL_STEPS = 40
     SEQUENCE_EXAMPLES = 100
 
+# Per test. Hypothesis stops shrinking after 300 s of its own; pytest-timeout (300 s in
+# pyproject.toml) would kill it first and bury the counterexample under a Flaky error. The long
+# profile's search alone takes a quarter of an hour or more on the shared machine.
+PROPERTY_TIMEOUT_S = 3600 if DEPTH == "long" else 900
+
 # No deadline: the reference model is deliberately slow (linear scans), and a slow step on a busy
 # shared machine is not a bug. too_slow: the invariant reads every partition after every step.
+# One bug at a time by default: shrinking several at once on 2 shared cores takes minutes.
 STATEFUL_SETTINGS = settings(
     max_examples=STATEFUL_EXAMPLES,
     stateful_step_count=STATEFUL_STEPS,
     deadline=None,
+    report_multiple_bugs=DEPTH == "long",
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 

@@ -8,12 +8,15 @@ the Raft layer hands it over, so no replica can share a mutable object with anot
 """
 
 import msgpack
+import pytest
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hypothesis_depth import SEQUENCE_SETTINGS
+from hypothesis_depth import SEQUENCE_SETTINGS, PROPERTY_TIMEOUT_S
 from queen_raft.state import TenantState
+
+pytestmark = pytest.mark.timeout(PROPERTY_TIMEOUT_S)
 
 QUEUES = ["q0", "q1"]
 PARTITIONS = ["Default", "p1"]

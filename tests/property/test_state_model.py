@@ -7,13 +7,16 @@ and after every step the invariants of issue 2 are checked on what the state sho
 read helpers.
 """
 
+import pytest
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from hypothesis_depth import STATEFUL_SETTINGS
+from hypothesis_depth import PROPERTY_TIMEOUT_S, STATEFUL_SETTINGS
 from queen_raft.state import TenantState
 from timer_model import DEFAULT_PARTITION, TimerModel, utf8_order
+
+pytestmark = pytest.mark.timeout(PROPERTY_TIMEOUT_S)
 
 QUEUES = ["q0", "q1"]  # q0 may be configured at the start; q1 is only ever created implicitly.
 PARTITIONS = [DEFAULT_PARTITION, "a", "p1"]  # "Default" sorts first: pop(None) takes it first.
@@ -48,7 +51,9 @@ DELAYS = st.one_of(
     st.integers(3000, 20_000),
     st.sampled_from([0, 1000, 2000]),  # common instants: due-time ties, where (queue, timerKey) order decides
 )
-# Two sizes of payload, so q0's 12-byte limit (when configured) refuses some and not others.
+# q0 may be configured with a 12-byte payload limit, which some payloads exceed and some do not.
+SMALL_PAYLOAD_LIMIT = 12
+DEFAULT_MAX_PAYLOAD_BYTES = 1048576
 SMALL_PAYLOAD_MAX = 8
 OVER_SMALL_LIMIT = 13
 # Few distinct sizes, so a fire batch's byte total often lands exactly on fireMaxBytes.
@@ -146,7 +151,8 @@ class StateAgainstModel(RuleBasedStateMachine):
     @initialize(configure_q0=st.sampled_from([True, True, False]),
                 lease_time=st.sampled_from([1, 3, 300]),
                 dedup_window=st.sampled_from([1, 4, 3600]),
-                max_payload=st.sampled_from([12, 12, 1048576]))
+                max_payload=st.sampled_from([SMALL_PAYLOAD_LIMIT, SMALL_PAYLOAD_LIMIT,
+                                             DEFAULT_MAX_PAYLOAD_BYTES]))
     def configure(self, configure_q0, lease_time, dedup_window, max_payload):
         if not configure_q0:
             return
@@ -216,9 +222,20 @@ class StateAgainstModel(RuleBasedStateMachine):
         got = self.run_timers(step, ops)
         assert got.get("error") == "timers_bad_request", got
 
-    @rule(step=CLOCK_STEPS, policy=TICK_POLICIES)
-    def tick(self, step, policy):
+    @rule(data=st.data(), step=CLOCK_STEPS, policy=TICK_POLICIES, aim_at_byte_bound=st.booleans())
+    def tick(self, data, step, policy, aim_at_byte_bound):
         now = self.now(step)
+        group_now = max(self.model.clock, now)
+        due_sizes = [len(t["payload"]) for t in sorted(
+            (t for t in self.model.pending_timers.values() if t["dueAt"] <= group_now),
+            key=lambda t: (t["dueAt"], t["queue"], t["timerKey"]))]
+        if policy is not None and aim_at_byte_bound and len(due_sizes) > 1:
+            # Boundary values: the byte bound at, just under or just over a prefix of the due
+            # payloads, where "at most fireMaxBytes" is decided.
+            prefix = data.draw(st.integers(1, len(due_sizes)))
+            bound = sum(due_sizes[:prefix]) + data.draw(st.sampled_from([-1, 0, 1]))
+            policy = dict(policy, fireBatch=len(due_sizes), fireMaxBytes=max(1, bound))
+            event("tick: byte bound aimed at a prefix of the due payloads")
         command = {"op": "tick", "now": now}
         if policy is not None:
             command["policy"] = policy
@@ -235,14 +252,20 @@ class StateAgainstModel(RuleBasedStateMachine):
     def push(self, data, step):
         items = []
         for _ in range(data.draw(st.integers(1, MAX_PUSH_ITEMS))):
-            if self.used_txns and data.draw(st.booleans()):
+            queue = data.draw(st.sampled_from(QUEUES))
+            partition = data.draw(st.sampled_from(PARTITIONS))
+            reuse = data.draw(st.sampled_from(["fresh", "any", "same place"]))
+            if reuse == "any" and self.used_txns:
                 txn = data.draw(st.sampled_from(self.used_txns))
+            elif reuse == "same place" and self.model.messages(queue, partition):
+                # Dedup is per partition: a txn from elsewhere only tests that it is not global.
+                txn = data.draw(st.sampled_from(self.model.messages(queue, partition)))["transactionId"]
             else:
                 txn = self.mint("ptx")
             self.used_txns.append(txn)
             items.append({
-                "queue": data.draw(st.sampled_from(QUEUES)),
-                "partition": data.draw(st.sampled_from(PARTITIONS)),
+                "queue": queue,
+                "partition": partition,
                 "payload": data.draw(PAYLOADS),
                 "transactionId": txn,
                 "messageId": self.mint("m"),
@@ -327,6 +350,18 @@ class StateAgainstModel(RuleBasedStateMachine):
         want = self.model.ack(now, lease_id, acknowledgments)
         assert_matches(got, want, "ack")
         event(f"ack: {'accepted' if want['results'][0]['success'] else 'refused'}")
+
+    @precondition(lambda self: self.model.queues.get("q0", {}).get("options", {}).get(
+        "maxPayloadBytes") == SMALL_PAYLOAD_LIMIT)
+    @rule(step=CLOCK_STEPS)
+    def operator_lifts_the_payload_limit(self, step):
+        """Timers of q0 in backoff for an oversized payload fire on their next try: their lag is
+        measured from deliverAt, not from the backed-off dueAt."""
+        now = self.now(step)
+        options = {"maxPayloadBytes": DEFAULT_MAX_PAYLOAD_BYTES}
+        got = self.state.apply({"op": "configure", "now": now, "queue": "q0", "options": options,
+                                "mode": "merge"})
+        assert got == self.model.configure(now, "q0", options)
 
     @rule(extra=st.integers(0, 2))
     def expire_every_lease(self, extra):
