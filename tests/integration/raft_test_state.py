@@ -58,6 +58,7 @@ class TimerLogState:
             self.fired.append([key, due_at, self.clock])
             lags.append(self.clock - due_at)
         return {
+            "now": self.clock,  # the tick's stamp: when the leader proposed it
             "fired": len(taken),
             "lagsMs": lags,
             "moreDue": len(due) > len(taken),
