@@ -10,8 +10,9 @@ Choices where SPEC.md is silent:
 - `ttlSeconds` None on a `put` means no expiry (it clears an earlier one); on `incr` it keeps the
   expiry in force. An expired key reads as absent and is dropped by the next kv entry
   (`prune`, driven by an index ordered by expiry), so memory stays bounded by the live keys.
-- `incr` on an absent key starts from 0; on a value that is not an integer it refuses the batch
-  with `bad_request`. `by` defaults to 1.
+- `incr` on an absent key starts from 0; on a value that is not an integer, or past the 64-bit
+  range (msgpack could not snapshot it), it refuses the batch with `bad_request`. `by` defaults
+  to 1.
 - `check` with `expectedVersion` None asserts the key is absent; otherwise that its live version
   equals it.
 - Every op answers the row after the op: `{ns, key, found, value, version, expiresAt}`; a delete
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from .limits import MS_PER_SECOND
+from .limits import KV_INT_MAX, KV_INT_MIN, MS_PER_SECOND, QUEUE_INT_OPTION_MAX
 from .refusal import is_int, require
 
 KV_OPS = frozenset({"get", "put", "putIfAbsent", "delete", "incr", "check"})
@@ -37,7 +38,7 @@ def validate_kv_op(op: object, index: int) -> None:
     require(isinstance(op.get("ns"), str) and isinstance(op.get("key"), str), "bad_request",
             "ns and key must be strings", index)
     ttl = op.get("ttlSeconds")
-    require(ttl is None or (is_int(ttl) and ttl > 0), "bad_request",
+    require(ttl is None or (is_int(ttl) and 0 < ttl <= QUEUE_INT_OPTION_MAX), "bad_request",
             "ttlSeconds must be a positive integer", index)
     require(op.get("by", 1) is not None and is_int(op.get("by", 1)), "bad_request",
             "by must be an integer", index)
@@ -96,7 +97,10 @@ class KvStore:
                 ttl = op.get("ttlSeconds")
                 expires_at = (None if current is None else current[2]) if ttl is None \
                     else now + ttl * MS_PER_SECOND
-                current = [base + op.get("by", 1), version + 1, expires_at]
+                total = base + op.get("by", 1)
+                require(KV_INT_MIN <= total <= KV_INT_MAX, "bad_request",
+                        f"{ns}/{key} would leave the 64-bit range", index_base + index)
+                current = [total, version + 1, expires_at]
             elif kind == "delete":
                 results.append({"ns": ns, "key": key, "found": current is not None,
                                 "value": None, "version": None, "expiresAt": None})

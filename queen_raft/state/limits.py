@@ -108,6 +108,20 @@ QUEUE_INT_OPTION_MAX = 2**40
 # Lease extension bound (seconds): same reason as QUEUE_INT_OPTION_MAX.
 MAX_LEASE_EXTEND_SECONDS = 2**40
 
+# --- integer ranges ---------------------------------------------------------------------------------
+
+# Every instant and integer the state keeps must pack into msgpack's 64-bit integers, or one
+# command would make every later snapshot fail on every replica. So:
+# the group clock (`now`) stays within 0..2^53 (also exact in any JSON client);
+MAX_INSTANT_MS = 2**53
+# a timer's delay within +-2^50 ms (35,000 years), so deliverAt stays far inside int64;
+MAX_DELAY_MS = 2**50
+# policy values within 0..2^40 (backoff doubling is capped by backoffMaxMs before it matters);
+MAX_POLICY_VALUE = 2**40
+# a KV counter within int64, and a TTL within QUEUE_INT_OPTION_MAX seconds.
+KV_INT_MIN = -(2**63)
+KV_INT_MAX = 2**63 - 1
+
 # --- snapshot -------------------------------------------------------------------------------------
 
 SNAPSHOT_FORMAT_VERSION = 1

@@ -42,7 +42,9 @@ from .limits import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_MAX,
     LIST_LIMIT_MIN,
+    MAX_INSTANT_MS,
     MAX_LEASE_EXTEND_SECONDS,
+    MAX_POLICY_VALUE,
     POLICY_KEYS,
     QUEUE_MODE_GROUP,
     SNAPSHOT_FORMAT_VERSION,
@@ -72,7 +74,8 @@ def parse_policy(policy: object, code: str) -> FirePolicy:
     for name, value in policy.items():
         require(name in POLICY_KEYS, code, f"unknown policy key {name!r}")
         field, minimum = POLICY_KEYS[name]
-        require(is_int(value) and value >= minimum, code, f"{name} must be an integer >= {minimum}")
+        require(is_int(value) and minimum <= value <= MAX_POLICY_VALUE, code,
+                f"{name} must be an integer in {minimum}..{MAX_POLICY_VALUE}")
         fields[field] = value
     return DEFAULT_FIRE_POLICY._replace(**fields)
 
@@ -122,8 +125,9 @@ class TenantState:
             if not isinstance(command, dict):
                 return {"error": "bad_request", "message": "command must be a map"}
             now = command.get("now")
-            if not is_int(now):
-                return {"error": "bad_request", "message": "now must be an integer"}
+            if not is_int(now) or not 0 <= now <= MAX_INSTANT_MS:
+                return {"error": "bad_request",
+                        "message": f"now must be an integer in 0..{MAX_INSTANT_MS}"}
             if now > self.clock:
                 self.clock = now
             handler = self._handlers.get(command.get("op"))

@@ -5,7 +5,7 @@ Validation raises `Refusal` before anything changes; `apply_timer_ops` cannot fa
 
 from __future__ import annotations
 
-from .limits import DEFAULT_PARTITION
+from .limits import DEFAULT_PARTITION, MAX_DELAY_MS
 from .refusal import Refusal, is_int, require
 from .timers import Timer, TimerTable
 
@@ -45,6 +45,8 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
                 or type(op.get("payloadZstd", False)) is not bool
                 or type(op.get("encrypted", False)) is not bool):
             raise Refusal(code, schedule_problem(op), index_base + position)
+        if not -MAX_DELAY_MS <= op["delayMs"] <= MAX_DELAY_MS:
+            raise Refusal(code, f"delayMs must be within +-{MAX_DELAY_MS}", index_base + position)
     return ops
 
 

@@ -195,3 +195,30 @@ def test_state_imports_nothing_that_differs_between_replicas():
                 continue
             for name in names:
                 assert name.split(".")[0] not in FORBIDDEN_MODULES, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("command", [
+    {"op": "barrier", "now": -1},
+    {"op": "barrier", "now": 2**53 + 1},
+    {"op": "timers", "now": T0, "producerSub": "s", "maxPending": None,
+     "ops": [schedule("q", "k", 2**50 + 1, "t")]},
+    {"op": "tick", "now": T0, "policy": {"backoffMaxMs": 2**40 + 1}},
+    {"op": "kv", "now": T0, "ops": [{"op": "put", "ns": "n", "key": "k", "value": 1,
+                                     "ttlSeconds": 2**41}]},
+])
+def test_values_that_could_not_be_snapshotted_are_refused(command):
+    state = TenantState()
+    answer = state.apply(command)
+    assert answer["error"] in {"bad_request", "timers_bad_request"}
+    TenantState.restore(state.snapshot())
+
+
+def test_a_kv_counter_cannot_leave_the_64_bit_range():
+    state = TenantState()
+    state.apply({"op": "kv", "now": T0, "ops": [
+        {"op": "put", "ns": "n", "key": "c", "value": 2**63 - 2}]})
+    assert "results" in state.apply({"op": "kv", "now": T0, "ops": [
+        {"op": "incr", "ns": "n", "key": "c"}]})
+    answer = state.apply({"op": "kv", "now": T0, "ops": [{"op": "incr", "ns": "n", "key": "c"}]})
+    assert (answer["error"], answer["index"]) == ("bad_request", 0)
+    assert TenantState.restore(state.snapshot()).kv_get("n", "c")["value"] == 2**63 - 1
