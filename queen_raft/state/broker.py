@@ -82,6 +82,8 @@ def validate_ack_item(item: object, index: int) -> None:
     has_offset = is_int(item.get("offset"))
     has_txn = isinstance(item.get("transactionId"), str)
     require(has_offset or has_txn, "bad_request", "transactionId or offset is required", index)
+    require(item.get("error") is None or isinstance(item["error"], str), "bad_request",
+            "error must be a string", index)
 
 
 class Broker:

@@ -188,6 +188,8 @@ class TenantState:
         for index, item in enumerate(items):
             validate_push_item(item, index)
         producer_sub = command.get("producerSub")
+        require(producer_sub is None or isinstance(producer_sub, str), "bad_request",
+                "producerSub must be a string")
         results = [self.broker.push_item(item, index, producer_sub, now)
                    for index, item in enumerate(items)]
         self.billed += len(items)
