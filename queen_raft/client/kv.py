@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from queen_raft.client.durations import Duration, duration_seconds
+from queen_raft.client.errors import OutcomeUnknown, PreconditionFailed
 from queen_raft.client.results import KvEntry
 from queen_raft.client.transport import path_segment
 
@@ -50,7 +51,13 @@ class KvNamespace:
     async def put_if_absent(self, key: str, value: Any, ttl: Duration | None = None) -> KvEntry:
         """PreconditionFailed (409) when the key is live. A retry after a lost answer may find the
         key its own first try wrote: that is reported as OutcomeUnknown."""
-        return await self._single(kv_op("putIfAbsent", self.ns, key, value=value, **expiry_fields(ttl)))
+        try:
+            return await self._single(kv_op("putIfAbsent", self.ns, key, value=value, **expiry_fields(ttl)))
+        except PreconditionFailed as exc:
+            if exc.maybe_applied_before:
+                raise OutcomeUnknown(exc.status, exc.code, f"putIfAbsent of {key!r} was retried and found the key live: "
+                                     "the first try may have written it", body=exc.body) from exc
+            raise
 
     async def incr(self, key: str, by: int = 1, ttl: Duration | None = None) -> KvEntry:
         """Not idempotent: a 503 or a lost answer is raised (OutcomeUnknown / Unavailable), never retried.

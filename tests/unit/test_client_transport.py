@@ -207,3 +207,12 @@ def test_backoff_doubles_and_is_bounded():
     policy = RetryPolicy(initial_backoff_s=0.1, max_backoff_s=1.0, jitter=0.5)
     assert [policy.backoff_s(n, rng=lambda: 0.0) for n in (1, 2, 3, 4, 5, 9)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     assert policy.backoff_s(3, rng=lambda: 1.0) == pytest.approx(0.2)  # jitter takes at most half off
+
+
+async def test_put_if_absent_refused_after_an_ambiguous_retry_is_outcome_unknown(nodes):
+    node = await nodes(replies=[(503, {"error": "unavailable", "message": "commit timeout"}, {}),
+                                (409, {"error": "kv_precondition", "message": "live key", "index": 0}, {})])
+    async with Queen(urls=[node.url], retry=FAST) as q:
+        with pytest.raises(OutcomeUnknown):
+            await q.kv("n").put_if_absent("k", 1)
+    assert len(node.seen) == 2
