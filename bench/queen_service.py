@@ -189,6 +189,15 @@ class QueenCluster:
     def node_data_dir(self, node_id: str) -> Path:
         return Path(getattr(self.cluster, "data_dir", self._workdir / "data")) / node_id
 
+    def histogram(self, node_id: str, name: str, label: str = "") -> list[tuple[float, float]]:
+        """Cumulative buckets [(le, count)] of a Prometheus histogram on /metrics (lines holding label)."""
+        buckets = []
+        for line in self.metrics_text(node_id).splitlines():
+            if line.startswith(name + "_bucket{") and label in line:
+                le_text = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets.append((float("inf") if le_text == "+Inf" else float(le_text), float(line.rsplit(" ", 1)[1])))
+        return sorted(buckets)
+
     def pending_on(self, node_id: str) -> int | None:
         """queen_timers_pending as this node's own replica counts it."""
         for line in self.metrics_text(node_id).splitlines():

@@ -7,6 +7,7 @@ Single-op calls from 32 concurrent clients (calls/s, p50/p99 latency), then batc
 from __future__ import annotations
 
 import asyncio
+import time
 
 from bench.latency import summary
 from bench.load_generator import closed_loop
@@ -15,7 +16,6 @@ from bench.profiler import profiled
 from bench.report import ScenarioResult
 from bench.systems import OURS, each_system
 from bench.timer_service import ScheduleOp, TimerService
-import time
 
 SINGLE_OP_CLIENTS = 32           # the figure
 BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest batch one call takes

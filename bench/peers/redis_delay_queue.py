@@ -13,7 +13,6 @@ Run alone as the poller: `python -m bench.peers.redis_delay_queue poll --port N`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import signal
