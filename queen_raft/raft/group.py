@@ -58,6 +58,9 @@ RETRY_AFTER_BUSY_S = 0.5
 # entry, so the next tick fires only what is still due.
 TICK_COMMIT_TIMEOUT_S = 1.0
 
+# After an unexpected exception the tick loop starts again after this pause (bounded log noise).
+TICK_LOOP_RESTART_DELAY_S = 0.1
+
 # A follower's tick loop (or a leader's with tick_ms=0) still wakes this often to notice a new
 # leader elsewhere (pysyncobj only reports this node's own role changes) and report it.
 LEADERSHIP_WATCH_S = 0.1
@@ -422,6 +425,17 @@ class TenantGroup:
             pass
 
     async def _run_tick_loop(self) -> None:
+        # The loop must outlive any surprise: a dead tick task would stop every fire of the group.
+        while True:
+            try:
+                await self._tick_until_failure()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("group %s: tick loop failed; restarting it", self.tenant)
+                await asyncio.sleep(TICK_LOOP_RESTART_DELAY_S)
+
+    async def _tick_until_failure(self) -> None:
         settings = self.settings
         loop = self._loop
         min_gap_s = settings.min_gap_ms / 1000
@@ -457,9 +471,15 @@ class TenantGroup:
                     more_due = False
                     await self._wait_for_wake(settings.tick_ms / 1000)
                     continue
-                more_due = bool(result.get("moreDue")) if isinstance(result, dict) else False
+                if not isinstance(result, dict) or "error" in result:
+                    # A tick the state refused (a bug, not a race): do not retry it at the gap.
+                    log.warning("group %s: tick answered %r", self.tenant, result)
+                    more_due = False
+                    await self._wait_for_wake(max(settings.tick_ms, settings.min_gap_ms) / 1000)
+                    continue
+                more_due = bool(result.get("moreDue"))
                 hook = self.on_tick_result
-                if hook is not None and isinstance(result, dict):
+                if hook is not None:
                     try:
                         hook(result, result.get("lagsMs") or [])
                     except Exception:

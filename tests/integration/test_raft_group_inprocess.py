@@ -340,3 +340,29 @@ async def test_an_isolated_leader_never_serves_a_stale_read(groups):
         await member.stop()
     for proxy in proxies.values():
         proxy.close()
+
+
+class TickRefusingState(TimerLogState):
+    """A state whose tick answers an error: the loop must back off, not spin at the minimum gap."""
+
+    def apply(self, command):
+        if command["op"] == "tick":
+            self.clock = max(self.clock, command["now"])
+            return {"error": "internal", "message": "tick refused on purpose"}
+        return super().apply(command)
+
+
+async def test_a_tick_the_state_refuses_is_retried_at_the_cap_not_the_gap(tmp_path):
+    port = next(_PORTS)
+    addr = f"127.0.0.1:{port}"
+    group = TenantGroup("t", addr, [addr], str(tmp_path), RaftSettings(tick_ms=100, min_gap_ms=1),
+                        TickRefusingState, TickRefusingState.restore)
+    try:
+        await started(group)
+        await group.propose({"op": "timer", "key": "a", "delayMs": 0})
+        await asyncio.sleep(0.5)
+        # ~5 at a 100 ms cap; a loop retrying at the 1 ms gap would propose hundreds.
+        assert 1 <= group.ticks_proposed <= 8
+        await group.stop()
+    finally:
+        group.destroy()
