@@ -95,11 +95,12 @@ class Message:
     async def dead_letter(self, error: str | None = None) -> dict:
         return await self.settle("dlq", error)
 
-    async def extend(self, seconds: Duration) -> LeaseExtension:
-        """The lease (shared by the messages of one pop) now ends `seconds` from the group's now."""
+    async def extend(self, duration: Duration) -> LeaseExtension:
+        """The lease (shared by the messages of one pop) now ends `duration` ("90s", whole seconds)
+        after the group's now."""
         if self.lease_id is None:
             raise ValueError("this message was popped with auto_ack: it holds no lease")
-        return await self._require_queen().extend_lease(self.lease_id, seconds)
+        return await self._require_queen().extend_lease(self.lease_id, duration)
 
     def _require_queen(self) -> "Queen":
         if self._queen is None:
@@ -136,6 +137,8 @@ async def consume(queen: "Queen", queue: str, *, group: str | None = None, parti
     renew_s = None if keep_lease is None else duration_seconds(keep_lease)
     if renew_s is not None and renew_s < 1:
         raise ValueError("keep_lease must be at least 1s")
+    if duration_ms(wait) <= 0:
+        raise ValueError("consume long-polls: give it a wait above 0 (an empty queue would otherwise be polled in a busy loop)")
     while True:
         messages = await pop(queen, queue, group=group, partition=partition, batch=batch, wait=wait)
         if not messages:

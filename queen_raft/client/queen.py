@@ -96,10 +96,11 @@ class Queen:
                 wait: Duration = DEFAULT_POLL_WAIT, keep_lease: Duration | None = None) -> AsyncIterator[Message]:
         return consume(self, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
 
-    async def extend_lease(self, lease_id: str, seconds: Duration) -> LeaseExtension:
-        """NotFound (invalid_lease) once the lease expired or every message of it was settled."""
+    async def extend_lease(self, lease_id: str, duration: Duration) -> LeaseExtension:
+        """The lease ends `duration` (whole seconds) after the group's now. NotFound (invalid_lease)
+        once the lease expired or every message of it was settled."""
         answer = await self.transport.request("POST", f"/api/v1/lease/{path_segment(lease_id)}/extend",
-                                              json_body={"seconds": duration_seconds(seconds)})
+                                              json_body={"seconds": duration_seconds(duration)})
         return LeaseExtension(lease_id=answer.body.get("leaseId", lease_id), expires_at=answer.body.get("expiresAt"),
                               raw=answer.body)
 

@@ -148,6 +148,8 @@ class Transport:
         maybe_applied = False
         last_error: QueenError | None = None
         for attempt in range(1, self.retry.max_attempts + 1):
+            if attempt > 1 and time.monotonic() >= deadline:  # a node that hangs until the timeout also spends the budget
+                break
             index = self._pick()
             node = self._nodes[index]
             wait = node.not_before - time.monotonic()

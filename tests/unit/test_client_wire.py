@@ -211,3 +211,10 @@ async def test_kv_precondition_is_typed_with_its_index(node, queen):
     with pytest.raises(PreconditionFailed) as caught:
         await queen.kv("n").put_if_absent("k", 1)
     assert (caught.value.status, caught.value.index) == (409, 0)
+
+
+async def test_consume_refuses_a_zero_wait_before_polling(node, queen):
+    with pytest.raises(ValueError, match="wait"):
+        async for _ in queen.consume("q", wait=0):
+            break
+    assert node.seen == []
