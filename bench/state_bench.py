@@ -41,7 +41,7 @@ START_MS = 1_767_225_600_000
 # Spread deliverAt over a day so the due index is not a pre-sorted append.
 SPREAD_MS = 86_400_000
 LARGE_FIRE_BATCH = 1_000_000_000
-LARGE_FIRE_BYTES = 1 << 62
+LARGE_FIRE_BYTES = 2**40  # the largest policy value the state accepts (MAX_POLICY_VALUE)
 
 
 def schedule_batches(count: int):
