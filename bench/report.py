@@ -34,7 +34,7 @@ def machine() -> dict:
         mem_kib = int(next(line.split()[1] for line in meminfo if line.startswith("MemTotal")))
     return {"commit": source_commit(), "cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kib / 2**20, 1),
             "kernel": platform.release(), "python": platform.python_version(),
-            "load_average_at_start": os.getloadavg()}
+            "load_average_now": os.getloadavg()}
 
 
 def source_commit() -> str | None:
@@ -72,6 +72,8 @@ class ScenarioResult:
     details: dict[str, object] = field(default_factory=dict)  # per system: everything measured
     plots: list[str] = field(default_factory=list)
     started_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    # Other engineers' work shares the cores: the 1-minute load average says how much.
+    load_average_at_start: tuple = field(default_factory=os.getloadavg)
 
     def figure(self, name: str, unit: str, target: str = "") -> Figure:
         for existing in self.figures:
@@ -83,7 +85,7 @@ class ScenarioResult:
 
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "quick": self.quick, "started_at": self.started_at,
-                "machine": machine(), "note": SHARED_CORES_NOTE,
+                "load_average_at_start": self.load_average_at_start, "machine": machine(), "note": SHARED_CORES_NOTE,
                 "figures": [f.as_dict() for f in self.figures], "details": self.details, "plots": self.plots}
 
 
@@ -156,5 +158,10 @@ def write_table(quick: bool, date: str | None = None) -> Path:
         f"Machine: {head['cpus']} cores ({head['cpu_model']}), {head['memory_gib']} GiB, Linux {head['kernel']}, "
         f"Python {head['python']}. Every figure: {SHARED_CORES_NOTE}; other engineers' test runs shared the "
         "same cores. Ours is three nodes replicating every write to a majority; the peers are single-node and "
-        "unreplicated. Command: `make bench` (or `python -m bench <scenario>`).\n\n" + markdown_table(results))
+        "unreplicated. Command: `make bench` (or `python -m bench <scenario>`).\n\n" + markdown_table(results)
+        + "\nLoad average (1 min) of the machine when each scenario started (2 cores; above 2 means others "
+        "were queueing for them too): "
+        + ", ".join(f"{r['scenario']} {r.get('load_average_at_start', [None])[0]:.1f}" for r in results
+                    if r.get("load_average_at_start")) + ".\n"
+        + (f"\nCommit measured: {head.get('commit')}.\n" if head.get("commit") else ""))
     return out
