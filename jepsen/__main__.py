@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from jepsen.nemesis import NEMESES
-from jepsen.run import (CAMPAIGN_DURATION_S, STORE, RunOptions, print_summary, recheck, run_campaign,
-                        run_once)
+from jepsen.run import (CAMPAIGN_DURATION_S, STORE, RunOptions, print_summary, recheck, render_campaign,
+                        run_campaign, run_once)
 from jepsen.workloads import WORKLOAD_NAMES
 
 
@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     campaign.add_argument("--duration", type=float, default=CAMPAIGN_DURATION_S)
     campaign.add_argument("--rate", type=float, default=20.0)
     campaign.add_argument("--store", type=Path, default=STORE)
-    again = commands.add_parser("recheck", help="judge a stored run again from its files")
-    again.add_argument("run_dir", type=Path)
+    again = commands.add_parser("recheck", help="judge stored runs again from their files")
+    again.add_argument("run_dirs", type=Path, nargs="+")
+    again.add_argument("--table", type=Path, default=None, help="also write a campaign table of these runs here")
     args = parser.parse_args(argv)
     if args.command == "run":
         code, summary = run_once(RunOptions(args.workload, args.nemesis, args.seed, args.duration, args.rate,
@@ -38,9 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if args.command == "campaign":
         return run_campaign(args.duration, args.rate, args.store)
-    code, summary = recheck(args.run_dir)
-    print_summary(summary)
-    return code
+    worst, summaries = 0, []
+    for run_dir in args.run_dirs:
+        code, summary = recheck(run_dir)
+        print_summary(summary)
+        worst, summaries = max(worst, code), summaries + [summary]
+    if args.table is not None:
+        args.table.write_text(render_campaign(summaries), encoding="utf-8")
+        print(f"campaign table: {args.table}")
+    return worst
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ def _check_loss(facts: _TimerFacts, log_complete: bool) -> dict:
     for op in facts.operations:
         if op.f == "peek" and op.type == OK and (op.value or {}).get("final") and _result(op).get("found"):
             problems.append({"kind": "still_pending_after_final_phase", "peek": op.summary()})
-    valid = (not problems) if log_complete else (False if problems else None)
+    valid = (not problems) if log_complete else None  # an absence in a partial read proves nothing
     return _property(valid, problems, judged_schedules=judged, log_complete=log_complete)
 
 
@@ -460,7 +460,7 @@ def check_pushes(operations: list[Operation], log: list[dict], queue: str, exact
             answers.append({"kind": "acknowledged_with_different_offsets", "txn": txn, "offsets": sorted(offsets)})
     results = {
         "at_most_once": _property(not duplicates, duplicates, distinct_txns=len(log_by_txn)),
-        "no_lost_acknowledged_pushes": _property((not lost) if log_complete else (False if lost else None), lost,
+        "no_lost_acknowledged_pushes": _property((not lost) if log_complete else None, lost,
                                                  acknowledged=sum(1 for ops in by_txn.values()
                                                                   if any(op.type == OK for op in ops))),
         "no_unexpected_messages": _property(not unexpected, unexpected),
@@ -538,6 +538,25 @@ def check_queue_consumption(operations: list[Operation], log: list[dict], queue:
 def _ack_verdicts(ack: Operation) -> list[dict]:
     results = (ack.answer or {}).get("results") if isinstance(ack.answer, dict) else None
     return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+
+
+# Properties whose violations are things *found* in the log or the history (a duplicate, a fire
+# after a cancel, a stranger): a partial read of the log cannot invent them. Every other property
+# reports an *absence* (a record not found), which a partial read can fake.
+PRESENCE_PROPERTIES = frozenset({
+    "at_most_once", "no_fire_after_acknowledged_cancel", "no_unexpected_messages",
+    "floor_not_before_deliverAt", "lateness", "no_redelivery_after_completed_ack", "pop_never_skips_unacked",
+})
+
+
+def judged_on_partial_log(results: dict) -> dict:
+    """When the final read of a log stopped short, an absence proves nothing: those properties
+    become unknown (never a pass, never a failure), with the reason attached."""
+    for name, prop in results.items():
+        if name not in PRESENCE_PROPERTIES and isinstance(prop, dict) and prop.get("valid") is not None:
+            prop["valid"] = None
+            prop["unjudged_because"] = "the final read of the partition log was incomplete"
+    return results
 
 
 def overall_valid(results: dict) -> bool | None:

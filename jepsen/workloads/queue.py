@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from jepsen.checkers import check_pushes, check_queue_consumption
+from jepsen.checkers import judged_on_partial_log, check_pushes, check_queue_consumption
 from jepsen.client import HistoryClient
 from jepsen.history import Operation, FaultWindow
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
@@ -65,4 +65,4 @@ class QueueWorkload:
         log = final.logs.get(QUEUE, [])
         results = check_pushes(operations, log, QUEUE, log_complete=_log_complete(final))
         results.update(check_queue_consumption(operations, log, QUEUE))
-        return results
+        return results if _log_complete(final) else judged_on_partial_log(results)

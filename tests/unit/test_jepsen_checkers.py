@@ -388,3 +388,14 @@ def test_a_timer_possibly_replaced_before_any_proof_is_not_called_lost():
     s.peek("t1", 9000, 9010, None, final=True)
     results = s.check_timers([record(0, "t1-2", 3110)])
     assert failing(results) == set()
+
+
+def test_a_partial_log_turns_absences_into_unknown_and_keeps_presences():
+    from jepsen.checkers import judged_on_partial_log
+
+    script, log = clean_script()
+    partial = [log[1], dict(log[1], offset=1)]  # t1-1 missing (read stopped short), t1-2 twice
+    results = judged_on_partial_log(script.check_timers(partial))
+    assert results["no_lost_timers"]["valid"] is None
+    assert results["linearizable_per_key"]["valid"] is None
+    assert results["at_most_once"]["valid"] is False
