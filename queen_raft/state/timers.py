@@ -40,6 +40,12 @@ from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 
 _intern = sys.intern
 
+# Decompression reads this much at a time (see decompress_bounded).
+DECOMPRESS_CHUNK = 1 << 20
+# 1 << 62 exceeds any backoffMaxMs (at most 2^40), so capping the exponent here never changes the
+# backoff; it only spares computing 2^attempts when a policy allows a huge maxAttempts.
+MAX_BACKOFF_DOUBLINGS = 62
+
 
 class Timer:
     __slots__ = ("due_at", "queue", "key", "partition", "txn", "message_id", "payload",
@@ -261,15 +267,27 @@ def _shared_instant(deliver_at: int, due_at: int) -> int:
 
 
 def decompress_bounded(payload: bytes, limit: int) -> bytes | str:
-    """The decompressed payload, or why it cannot be: corrupt, or larger than `limit`."""
+    """The decompressed payload, or why it cannot be: corrupt, or larger than `limit`.
+
+    Read in chunks, so a large `maxPayloadBytes` never allocates its whole size up front and a
+    zstd bomb stops one chunk past the limit. The error text is fixed (not the library's message):
+    `lastError` is replicated, and replicas must agree on it even across zstandard versions.
+    """
+    parts: list[bytes] = []
+    total = 0
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(payload)
-        data = reader.read(limit + 1)
-    except zstandard.ZstdError as exc:
-        return f"payload_zstd: {exc}"
-    if len(data) > limit:
-        return "payload_too_large"
-    return data
+        while True:
+            chunk = reader.read(DECOMPRESS_CHUNK)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                return "payload_too_large"
+            parts.append(chunk)
+    except zstandard.ZstdError:
+        return "payload_zstd: the payload does not decompress"
+    return b"".join(parts)
 
 
 class FireTally:
@@ -335,8 +353,8 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                                 timer.attempts, now, key, timer.payload_zstd)
                 tally.dlq += 1
                 continue
-            due_at = now + min(policy.backoff_min_ms * 2 ** (timer.attempts - 1),
-                               policy.backoff_max_ms)
+            doublings = min(timer.attempts - 1, MAX_BACKOFF_DOUBLINGS)
+            due_at = now + min(policy.backoff_min_ms << doublings, policy.backoff_max_ms)
         tally.failed += 1
         timer.due_at = due_at
         table.insert(timer)
