@@ -25,6 +25,7 @@ from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response
 from queen_raft.api.serving import serving_of
+from queen_raft.api.timers import CATCH_ALL
 
 BAD_REQUEST = "bad_request"
 UNAVAILABLE = "unavailable"
@@ -206,6 +207,7 @@ async def delete_kv(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/kv", post_kv)
-    app.router.add_get("/api/v1/kv/{ns}/{key:.*}", get_kv)
-    app.router.add_put("/api/v1/kv/{ns}/{key:.*}", put_kv)
-    app.router.add_delete("/api/v1/kv/{ns}/{key:.*}", delete_kv)
+    path = f"/api/v1/kv/{{ns}}/{{key:{CATCH_ALL}}}"
+    app.router.add_get(path, get_kv)
+    app.router.add_put(path, put_kv)
+    app.router.add_delete(path, delete_kv)

@@ -188,8 +188,17 @@ def operation(summary: str, ok: dict, errors: tuple = STANDARD_ERRORS, body: dic
     return op
 
 
-def path_param(name: str, description: str = "") -> dict:
-    return {"name": name, "in": "path", "required": True, "schema": NON_EMPTY, "description": description}
+# A path segment holds no "/" and is not "." or ".." (HTTP clients normalize those away): a name
+# that breaks these rules cannot be addressed in a URL by any client, so the document says so.
+SEGMENT = r"[^/]*[^/.][^/]*"
+SEGMENT_PARAM = {"type": "string", "pattern": f"^{SEGMENT}$"}
+# The catch-alls (timerKey, key) hold "/" between such segments: tenant/42 is one key.
+CATCH_ALL_PARAM = {"type": "string", "pattern": f"^{SEGMENT}(/{SEGMENT})*$"}
+
+
+def path_param(name: str, description: str = "", catch_all: bool = False) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": CATCH_ALL_PARAM if catch_all else SEGMENT_PARAM,
+            "description": description}
 
 
 def query_param(name: str, schema: dict, description: str = "") -> dict:
@@ -197,8 +206,8 @@ def query_param(name: str, schema: dict, description: str = "") -> dict:
 
 
 def _paths() -> dict:
-    queue, key = path_param("queue"), path_param("timerKey", "a catch-all: tenant/42 is one key; URL-decoded once")
-    ns, kv_key = path_param("ns"), path_param("key", "a catch-all, like timerKey")
+    queue, key = path_param("queue"), path_param("timerKey", "a catch-all: tenant/42 is one key; URL-decoded once", True)
+    ns, kv_key = path_param("ns"), path_param("key", "a catch-all, like timerKey", True)
     timer_results = obj({"results": array(ref("TimerResult"))}, ("results",))
     kv_results = obj({"results": array(ref("KvRow"))}, ("results",))
     ack_body = obj({

@@ -33,6 +33,10 @@ SCHEDULE_OPTIONAL = frozenset({"partition", "payloadZstd", "encrypted"})
 CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
 CANCEL_OPTIONAL = frozenset({"txn"})
 
+# A path catch-all: like .* but across newlines too, since a timerKey (or KV key) the POST body
+# accepts may hold any character, and the GET and DELETE routes must reach it (the fuzz found one
+# with a newline answered 404).
+CATCH_ALL = r"[\s\S]*"
 # List: limit defaults to 100, clamped (not refused) to 1..1000 (SPEC.md section 2).
 LIST_DEFAULT_LIMIT = 100
 LIST_MAX_LIMIT = 1000
@@ -310,5 +314,5 @@ async def list_timers(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/timers", post_timers)
     app.router.add_get("/api/v1/timers/{queue}", list_timers)
-    app.router.add_get("/api/v1/timers/{queue}/{timerKey:.*}", get_timer)
-    app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.*}", delete_timer)
+    app.router.add_get(f"/api/v1/timers/{{queue}}/{{timerKey:{CATCH_ALL}}}", get_timer)
+    app.router.add_delete(f"/api/v1/timers/{{queue}}/{{timerKey:{CATCH_ALL}}}", delete_timer)
