@@ -152,6 +152,6 @@ async def test_keys_with_a_newline_or_slashes_are_reachable_by_path():
         status, _, row = await api.call("GET", "/api/v1/kv/n/a%0Ab/c", token="acme-ro")
         assert (status, row["found"], row["key"]) == (200, True, "a\nb/c")
         await api.call("POST", "/api/v1/timers", json=[{"op": "schedule", "queue": "q", "timerKey": "t\n1", "delayMs": 5000,
-                                                        "txn": "t", "payload": "AA=="}]})
+                                                        "txn": "t", "payload": "AA=="}])
         status, _, answer = await api.call("DELETE", "/api/v1/timers/q/t%0A1")
         assert (status, answer["status"]) == (200, "cancelled")
