@@ -10,10 +10,10 @@ import aiohttp
 
 from queen_raft.client.consumer import DEFAULT_POLL_WAIT, Message, consume, pop
 from queen_raft.client.durations import Duration, duration_seconds
-from queen_raft.client.errors import PushRefused
+from queen_raft.client.errors import NotFound, OutcomeUnknown, PushRefused
 from queen_raft.client.kv import KvNamespace
 from queen_raft.client.payloads import message_payload, push_payload_fields
-from queen_raft.client.results import LeaseExtension, PushResult
+from queen_raft.client.results import DlqRow, LeaseExtension, PushResult
 from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
 from queen_raft.client.transaction import Transaction
 from queen_raft.client.transport import DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport, path_segment
@@ -118,6 +118,42 @@ class Queen:
         answer = await self.transport.request("POST", "/api/v1/configure",
                                               json_body={"queue": queue, "options": options, "mode": mode})
         return answer.body
+
+    # -- dead letters and operator switches ----------------------------------------------------
+
+    async def dlq(self, queue: str | None = None, limit: int | None = None) -> list[DlqRow]:
+        """Dead-letter rows of one queue, or of every queue by name (server default 100, max 1000)."""
+        answer = await self.transport.request("GET", "/api/v1/dlq", params={"queue": queue, "limit": limit})
+        return [DlqRow.from_wire(row) for row in answer.body.get("rows", [])]
+
+    async def replay(self, dlq_id: str) -> PushResult:
+        """Pushes the row's message again (a new messageId, which is also its transactionId).
+        Conflict for a timer's row. A retried replay that finds the row gone (its first try replayed
+        it) is OutcomeUnknown."""
+        try:
+            answer = await self.transport.request("POST", f"/api/v1/dlq/{path_segment(dlq_id)}/replay")
+        except NotFound as exc:
+            if exc.maybe_applied_before:
+                raise OutcomeUnknown(exc.status, exc.code, f"the replay of {dlq_id} was retried and the row was gone: "
+                                     "the first try may have replayed it", body=exc.body) from exc
+            raise
+        if answer.body.get("status") == "error":
+            code = answer.body.get("error") or "push_refused"
+            raise PushRefused(answer.status, code, f"the replay of {dlq_id} was refused by its queue: {code}", body=answer.body)
+        return PushResult.from_wire(answer.body)
+
+    async def pause_scheduling(self) -> bool:
+        """Admin: refuse new schedules for the tenant (503 timers_disabled); fires and cancels go on."""
+        answer = await self.transport.request("POST", "/api/v1/admin/timers/pause")
+        return bool(answer.body.get("paused"))
+
+    async def resume_scheduling(self) -> bool:
+        answer = await self.transport.request("POST", "/api/v1/admin/timers/resume")
+        return bool(answer.body.get("paused"))
+
+    async def usage(self) -> dict:
+        """Admin: billed and pushed messages, pending timers, fires by result, the pause flag."""
+        return (await self.transport.request("GET", "/api/v1/usage")).body
 
     # -- transactions and KV -----------------------------------------------------------------
 

@@ -135,3 +135,39 @@ class LeaseExtension:
     lease_id: str
     expires_at: int
     raw: dict = _raw()
+
+
+@dataclass(frozen=True)
+class DlqRow:
+    """A dead-letter entry. A timer's row has consumer_group `__timer__`, offset -1 and its
+    timer_key; replaying it is refused (409 dlq_replay_refused)."""
+
+    dlq_id: str
+    queue: str
+    partition: str
+    consumer_group: str | None
+    offset: int
+    transaction_id: str | None
+    message_id: str | None
+    payload_b64: str | None  # as stored, like a timer peek: never decrypted
+    payload_zstd: bool
+    encrypted: bool
+    error: str | None
+    attempts: int
+    failed_at: int | None
+    timer_key: str | None
+    raw: dict = _raw()
+
+    @property
+    def payload(self) -> Any:
+        return stored_timer_payload(self.payload_b64, self.payload_zstd, self.encrypted)
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "DlqRow":
+        return cls(dlq_id=wire.get("dlqId", ""), queue=wire.get("queue", ""), partition=wire.get("partition", ""),
+                   consumer_group=wire.get("consumerGroup"), offset=wire.get("offset", -1),
+                   transaction_id=wire.get("transactionId"), message_id=wire.get("messageId"),
+                   payload_b64=wire.get("payload"), payload_zstd=bool(wire.get("payloadZstd")),
+                   encrypted=bool(wire.get("encrypted")), error=wire.get("error"),
+                   attempts=int(wire.get("attempts") or 0), failed_at=wire.get("failedAt"),
+                   timer_key=wire.get("timerKey"), raw=wire)

@@ -74,12 +74,6 @@ class Answer:
 
 
 @dataclass
-class _NodeState:
-    url: URL
-    not_before: float = 0.0  # monotonic: do not ask this node again before (Retry-After, backoff)
-
-
-@dataclass
 class Transport:
     urls: list[str]
     token: str | None
@@ -90,7 +84,7 @@ class Transport:
     def __post_init__(self) -> None:
         if not self.urls:
             raise ValueError("give at least one node URL")
-        self._nodes = [_NodeState(URL(u.rstrip("/"))) for u in self.urls]
+        self._nodes = [URL(u.rstrip("/")) for u in self.urls]
         self._current = 0
         self._owns_session = self.session is None
         # Attempts that failed and were retried, over the client's life: how often failover happened.
@@ -108,21 +102,24 @@ class Transport:
 
     @property
     def current_url(self) -> str:
-        return str(self._nodes[self._current].url)
+        return str(self._nodes[self._current])
 
-    def _pick(self) -> int:
-        """The current node when it may be asked now; else the next one that may; else the one free soonest."""
+    def _pick(self, not_before: list[float]) -> int:
+        """The current node when this call may ask it now; else the next one that may; else the one free soonest."""
         now = time.monotonic()
         count = len(self._nodes)
         for step in range(count):
             index = (self._current + step) % count
-            if self._nodes[index].not_before <= now:
+            if not_before[index] <= now:
                 return index
-        return min(range(count), key=lambda i: self._nodes[i].not_before)
+        return min(range(count), key=lambda i: not_before[i])
 
-    def _fail_over(self, index: int, wait_s: float) -> None:
+    def _fail_over(self, index: int, wait_s: float, not_before: list[float]) -> None:
+        """This call does not ask that node again for wait_s; later calls start from the next node.
+        The wait is the call's own: a Retry-After answers for one route (a 30 s pause of scheduling
+        says nothing about a cancel), so it never holds other calls back."""
         self.failed_attempts += 1
-        self._nodes[index].not_before = time.monotonic() + wait_s
+        not_before[index] = time.monotonic() + wait_s
         if index == self._current:
             self._current = (index + 1) % len(self._nodes)
 
@@ -147,17 +144,18 @@ class Transport:
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
         maybe_applied = False
         last_error: QueenError | None = None
+        not_before = [0.0] * len(self._nodes)  # monotonic, per node, for this call only
         for attempt in range(1, self.retry.max_attempts + 1):
             if attempt > 1 and time.monotonic() >= deadline:  # a node that hangs until the timeout also spends the budget
                 break
-            index = self._pick()
+            index = self._pick(not_before)
             node = self._nodes[index]
-            wait = node.not_before - time.monotonic()
+            wait = not_before[index] - time.monotonic()
             if wait > 0:
                 if time.monotonic() + wait > deadline:
                     break
                 await asyncio.sleep(wait)
-            url = node.url.with_path(node.url.path.rstrip("/") + path, encoded=True)
+            url = node.with_path(node.path.rstrip("/") + path, encoded=True)
             if query:
                 url = url.with_query(query)
             try:
@@ -165,13 +163,13 @@ class Transport:
                     raw = await response.read()
                     status, response_headers = response.status, response.headers
             except aiohttp.ClientConnectorError as exc:  # never reached the node: nothing was applied
-                last_error = ConnectionFailed(0, "connection_failed", f"{node.url}: {exc}")
-                self._fail_over(index, self.retry.backoff_s(attempt))
+                last_error = ConnectionFailed(0, "connection_failed", f"{node}: {exc}")
+                self._fail_over(index, self.retry.backoff_s(attempt), not_before)
                 continue
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # sent, then lost: may have been applied
                 maybe_applied = True
-                last_error = ConnectionFailed(0, "connection_failed", f"{node.url}: {type(exc).__name__} {exc}")
-                self._fail_over(index, self.retry.backoff_s(attempt))
+                last_error = ConnectionFailed(0, "connection_failed", f"{node}: {type(exc).__name__} {exc}")
+                self._fail_over(index, self.retry.backoff_s(attempt), not_before)
                 if not idempotent:
                     raise OutcomeUnknown(0, "outcome_unknown", f"{last_error.message}; not retried: the call is not "
                                          "idempotent and may have been applied") from exc
@@ -179,7 +177,7 @@ class Transport:
             body = _decode_body(raw)
             if status in ok_statuses:
                 self._current = index
-                return Answer(status, body, response_headers, str(node.url), attempt, maybe_applied)
+                return Answer(status, body, response_headers, str(node), attempt, maybe_applied)
             error = error_from_response(status, body, response_headers)
             if status != 503:
                 error.maybe_applied_before = maybe_applied
@@ -189,7 +187,7 @@ class Transport:
             last_error = error
             if not idempotent:
                 raise error
-            self._fail_over(index, max(retry_after_seconds(response_headers) or 0.0, self.retry.backoff_s(attempt)))
+            self._fail_over(index, max(retry_after_seconds(response_headers) or 0.0, self.retry.backoff_s(attempt)), not_before)
             if time.monotonic() >= deadline:
                 break
         if last_error is None:

@@ -9,7 +9,7 @@ import pytest
 
 from cluster_fixture import node_cluster, token  # noqa: F401  (node_cluster is a fixture)
 from queen_raft.client import (AckRefused, Forbidden, HorizonExceeded, NotFound, PreconditionFailed, Queen,
-                               TransactionRefused, Unauthorized)
+                               TimersDisabled, TransactionRefused, Unauthorized)
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +201,40 @@ async def test_a_cancel_inside_a_rolled_back_transaction_keeps_the_timer(node_cl
         assert (await q.timer(queue).key("k").peek()).found is True
         await q.transaction().timer(queue).key("k").cancel().commit()
         assert (await q.timer(queue).key("k").peek()).found is False
+
+
+async def test_a_message_past_its_retries_is_dead_lettered_and_replayed(node_cluster):
+    queue = unique("dlq")
+    async with Queen(urls=urls(node_cluster), token=RW) as q:
+        await q.configure(queue, {"retryLimit": 0})
+        pushed = await q.push(queue, {"poison": True})
+        [message] = await q.pop(queue, group="g", wait="2s")
+        assert (await message.nack("cannot parse"))["dlq"] is True
+        [row] = await q.dlq(queue)
+        assert (row.queue, row.transaction_id, row.error, row.payload) == (queue, pushed.transaction_id, "cannot parse",
+                                                                           {"poison": True})
+        replayed = await q.replay(row.dlq_id)
+        assert replayed.status == "queued"
+        assert await q.dlq(queue) == []
+        [again] = await q.pop(queue, group="g", wait="2s")
+        assert (again.message_id, again.payload) == (replayed.message_id, {"poison": True})
+        with pytest.raises(NotFound):
+            await q.replay(row.dlq_id)
+
+
+async def test_an_operator_pause_refuses_schedules_but_not_cancels(node_cluster):
+    queue = unique("paused")
+    admin = token("globex", "admin")  # another tenant: the pause cannot touch the other tests
+    async with Queen(urls=urls(node_cluster), token=admin) as q:
+        await q.timer(queue).key("k").delay("1h").payload(1).schedule()
+        assert await q.pause_scheduling() is True
+        try:
+            with pytest.raises(TimersDisabled) as caught:
+                await q.timer(queue).key("k2").delay("1h").payload(1).schedule()
+            assert caught.value.retry_after_s >= 1
+            assert (await q.timer(queue).key("k").cancel()).status == "cancelled"
+            assert (await q.usage())["schedulingPaused"] is True
+        finally:
+            assert await q.resume_scheduling() is False
+        assert (await q.timer(queue).key("k2").delay("1h").payload(1).schedule()).status == "scheduled"
+        assert (await q.usage())["billedMessages"] >= 2

@@ -216,3 +216,20 @@ async def test_put_if_absent_refused_after_an_ambiguous_retry_is_outcome_unknown
         with pytest.raises(OutcomeUnknown):
             await q.kv("n").put_if_absent("k", 1)
     assert len(node.seen) == 2
+
+
+async def test_a_retry_after_holds_back_only_its_own_call(nodes):
+    """A 30 s pause of scheduling answers for POST /api/v1/timers, not for the cancel that follows."""
+    paused = (503, {"error": "timers_disabled", "message": "paused"}, {"Retry-After": "30"})
+    cancelled = (200, {"ok": True, "status": "cancelled", "queue": "q", "timerKey": "k", "txn": "t"}, {})
+
+    def reply(seen):
+        return paused if seen.method == "POST" else cancelled
+
+    both = [await nodes(reply=reply) for _ in range(2)]
+    async with Queen(urls=[n.url for n in both], retry=RetryPolicy(budget_s=5.0)) as q:
+        with pytest.raises(TimersDisabled):
+            await q.timer("q").key("k").delay("1s").payload(1).schedule()
+        started = time.monotonic()
+        assert (await q.timer("q").key("k").cancel()).status == "cancelled"
+        assert time.monotonic() - started < 1.0
