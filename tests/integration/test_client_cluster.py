@@ -238,3 +238,15 @@ async def test_an_operator_pause_refuses_schedules_but_not_cancels(node_cluster)
             assert await q.resume_scheduling() is False
         assert (await q.timer(queue).key("k2").delay("1h").payload(1).schedule()).status == "scheduled"
         assert (await q.usage())["billedMessages"] >= 2
+
+
+@pytest.mark.parametrize("key", ["a/../b", "./x", "50% off?#frag", "ünï/cödé", "trailing/"])
+async def test_keys_that_need_escaping_address_the_same_timer(node_cluster, key):
+    queue = unique("keys")
+    async with Queen(urls=urls(node_cluster), token=RW) as q:
+        await q.timer(queue).key(key).delay("1h").payload(key).schedule()
+        assert [row.timer_key async for row in q.timer(queue).rows()] == [key]
+        peek = await q.timer(queue).key(key).peek()
+        assert (peek.found, peek.timer_key, peek.payload) == (True, key, key)
+        assert (await q.timer(queue).key(key).cancel()).status == "cancelled"
+        assert (await q.timer(queue).key(key).peek()).found is False
