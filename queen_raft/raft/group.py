@@ -320,8 +320,13 @@ class TenantGroup:
             raise EntryTooLarge(f"entry of {len(entry)} bytes exceeds MAX_ENTRY_BYTES={MAX_ENTRY_BYTES}")
         if self._in_flight >= self.settings.max_in_flight:
             raise GroupUnavailable("busy", detail=f"{self._in_flight} calls in flight")
-        if self._syncobj._getLeader() is None:
+        leader = self._syncobj._getLeader()
+        if leader is None:
             raise GroupUnavailable("no_leader")
+        if leader != self._syncobj.selfNode and not self._syncobj.isNodeConnected(leader):
+            # The link to the last known leader is down (it died, or a partition): pysyncobj would
+            # send the call into the void and answer only at the next election. Say so now.
+            raise GroupUnavailable("no_leader", detail=f"not connected to the leader {self.leader_addr()}")
         future = loop.create_future()
         handoff = self._handoff
 

@@ -215,3 +215,18 @@ def test_kill_of_all_nodes_in_the_middle_of_writes_loses_no_acknowledged_write(m
     for node in cluster.nodes:
         present = node.read("values")
         assert [k for k in acknowledged if k not in present] == []
+
+
+def test_a_write_through_a_follower_right_after_the_leader_dies_answers_quickly(make_cluster):
+    cluster = make_cluster()
+    leader = cluster.wait_for_leader()
+    follower = cluster.followers(leader)[0]
+    leader.kill()
+    # Until the next election the follower still names the dead leader; a write must not vanish
+    # into its closed connection and hang for the commit timeout (5 s).
+    started = time.monotonic()
+    try:
+        follower.propose({"op": "set", "key": "k", "value": 1})
+    except NodeUnavailable as exc:
+        assert exc.reason in ("no_leader", "leader_changed")
+    assert time.monotonic() - started < 2.0

@@ -269,6 +269,6 @@ def test_group_transport_overrides_are_real_overrides():
     assert issubclass(GroupCommitJournal, CompactionGuardedJournal)
 
 
-@pytest.mark.parametrize("name", ["_isLeader", "_getLeader", "forceLogCompaction", "destroy_synchronous", "waitBinded"])
+@pytest.mark.parametrize("name", ["_isLeader", "_getLeader", "forceLogCompaction", "destroy_synchronous", "waitBinded", "isNodeConnected"])
 def test_syncobj_methods_we_call_exist(name):
     assert callable(getattr(SyncObj, name))
