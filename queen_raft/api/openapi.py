@@ -270,8 +270,8 @@ def _paths() -> dict:
             "Pop one partition", pop_answer, params=[queue, path_param("partition"), *pop_params], extra=pop_extra)},
         "/api/v1/ack": {"post": operation(
             "Acknowledge (single form, or the batch form)", ack_answer,
-            body={"oneOf": [ack_body, {"allOf": [ref("Acknowledgment")],
-                                       "properties": {"consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY}}]})},
+            body={"oneOf": [ack_body, obj({**SCHEMAS["Acknowledgment"]["properties"], "consumerGroup": NON_EMPTY,
+                                           "leaseId": NON_EMPTY}, ("leaseId",))]})},
         "/api/v1/ack/batch": {"post": operation("Acknowledge many: completed, failed, retry, dlq", ack_answer,
                                                 body=ack_body)},
         "/api/v1/lease/{leaseId}/extend": {"post": operation(

@@ -192,10 +192,10 @@ def decompress_bounded(data: bytes, limit: int) -> bytes:
 
 async def post_timers(request: web.Request) -> web.Response:
     serving = serving_of(request)
-    principal = require(serving.config, request, Access.PRODUCE)
     try:
+        principal = require(serving.config, request, Access.PRODUCE)
         return await _schedule_batch(request, serving, principal)
-    except ApiError as error:  # every refusal after auth is counted, by its code
+    except ApiError as error:  # every refusal is counted by its code, auth's included (issue 4)
         serving.metrics.schedule_rejected.labels(reason=error.code).inc()
         raise
 

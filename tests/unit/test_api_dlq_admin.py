@@ -123,7 +123,10 @@ async def test_every_gate_refusal_is_counted_and_delete_passes_pause_quota_and_r
         await api.call("POST", "/api/v1/admin/timers/pause", token="acme-admin")
         status, _, body = await api.call("POST", "/api/v1/timers", json=[dict(op, timerKey="d")])
         assert (status, body["error"]) == (503, "timers_disabled")
-        for reason in ("timers_quota_exceeded", "rate_limited", "timers_bad_request", "timers_disabled"):
+        assert (await api.call("POST", "/api/v1/timers", token=None, json=[op]))[0] == 401
+        assert (await api.call("POST", "/api/v1/timers", token="acme-ro", json=[op]))[0] == 403
+        for reason in ("timers_quota_exceeded", "rate_limited", "timers_bad_request", "timers_disabled",
+                       "unauthorized", "forbidden"):
             assert rejected(api, reason) == 1, reason
         # Paused, over quota and out of rate tokens: the DELETE route still cancels.
         status, _, body = await api.call("DELETE", "/api/v1/timers/q/a?txn=t")
