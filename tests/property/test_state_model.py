@@ -22,6 +22,9 @@ QUEUES = ["q0", "q1"]  # q0 may be configured at the start; q1 is only ever crea
 PARTITIONS = [DEFAULT_PARTITION, "a", "p1"]  # "Default" sorts first: pop(None) takes it first.
 TIMER_KEYS = ["k0", "k1", "k2", "k3", "tenant/42", "Z", "é"]  # "é" sorts last as UTF-8 bytes.
 PRODUCER = "producer-1"
+# None is the queue-mode group; "g1" a named group reading the same partitions independently.
+DISTINCT_GROUPS = [None, "g1"]
+CONSUMER_GROUPS = [None, None, "g1"]  # drawn: queue mode twice as often
 
 START_WALL_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
@@ -102,7 +105,8 @@ class StateAgainstModel(RuleBasedStateMachine):
         self.wall = START_WALL_MS
         self.serial = 0
         self.used_txns = []
-        self.issued_leases = []  # (leaseId, queue, partition, offsets) of every lease a pop took
+        # (leaseId, queue, partition, offsets, consumer group) of every lease a pop took
+        self.issued_leases = []
         self.lease_times_s = [300]
 
     # ---------------------------------------------------------------------------- plumbing
@@ -284,14 +288,15 @@ class StateAgainstModel(RuleBasedStateMachine):
 
     @rule(step=CLOCK_STEPS, queue=st.sampled_from(QUEUES),
           partition=st.one_of(st.none(), st.sampled_from(PARTITIONS)),
-          batch=st.integers(1, MAX_POP_BATCH), auto_ack=st.sampled_from([False, False, False, True]))
-    def pop(self, step, queue, partition, batch, auto_ack):
+          batch=st.integers(1, MAX_POP_BATCH), auto_ack=st.sampled_from([False, False, False, True]),
+          group=st.sampled_from(CONSUMER_GROUPS))
+    def pop(self, step, queue, partition, batch, auto_ack, group):
         now = self.now(step)
         lease_id = self.mint("lease")
         got = self.state.apply({"op": "pop", "now": now, "queue": queue, "partition": partition,
-                                "consumerGroup": None, "batch": batch, "leaseId": lease_id,
+                                "consumerGroup": group, "batch": batch, "leaseId": lease_id,
                                 "autoAck": auto_ack})
-        want = self.model.pop(now, queue, partition, batch, lease_id, auto_ack)
+        want = self.model.pop(now, queue, partition, batch, lease_id, auto_ack, group)
         if auto_ack:
             assert_matches(without_lease_ids(got), without_lease_ids(want), "pop(autoAck)")
         else:
@@ -300,26 +305,30 @@ class StateAgainstModel(RuleBasedStateMachine):
             event("pop: redelivery after an expired lease")
         if want["messages"] and not auto_ack:
             self.issued_leases.append((lease_id, queue, want["messages"][0]["partition"],
-                                       [m["offset"] for m in want["messages"]]))
+                                       [m["offset"] for m in want["messages"]], group))
 
     def queues_with_deliverable(self):
-        return [q for q in QUEUES for p in PARTITIONS if self.model.deliverable(q, p)]
+        return sorted({(q, g) for q in QUEUES for p in PARTITIONS for g in DISTINCT_GROUPS
+                       if self.model.deliverable(q, p, g)}, key=repr)
 
     @precondition(lambda self: self.queues_with_deliverable())
-    @rule(data=st.data(), pop_step=CLOCK_STEPS, ack_step=st.integers(0, 1500),
+    @rule(data=st.data(), pop_step=st.integers(0, 1500), ack_step=st.integers(0, 1500),
           batch=st.integers(1, MAX_POP_BATCH))
     def consume(self, data, pop_step, ack_step, batch):
         """A consumer's loop: pop a queue known to hold something, then complete a prefix of the
         batch in a second entry (which a 1 s lease may already have outlived)."""
-        queue = data.draw(st.sampled_from(self.queues_with_deliverable()))
-        self.pop(pop_step, queue, None, batch, False)
-        lease_id, _queue, partition, offsets = self.issued_leases[-1]
+        queue, group = data.draw(st.sampled_from(self.queues_with_deliverable()))
+        leases_before = len(self.issued_leases)
+        self.pop(pop_step, queue, None, batch, False, group)
+        # Time only frees leases, so what was deliverable still is: the pop took a lease.
+        assert len(self.issued_leases) == leases_before + 1
+        lease_id, _queue, partition, offsets, _group = self.issued_leases[-1]
         count = data.draw(st.integers(1, len(offsets)))
         now = self.now(ack_step)
         acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
                             "status": "completed"} for o in offsets[:count]]
-        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": None, "leaseId": lease_id,
-                                "acknowledgments": acknowledgments})
+        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": group,
+                                "leaseId": lease_id, "acknowledgments": acknowledgments})
         want = self.model.ack(now, lease_id, acknowledgments)
         assert_matches(got, want, "ack")
         event(f"consume: ack {'accepted' if want['results'][0]['success'] else 'refused'}")
@@ -334,7 +343,7 @@ class StateAgainstModel(RuleBasedStateMachine):
         live = [lease for lease in self.issued_leases if self.model.find_live_lease(lease[0])]
         # Most issued leases are dead by now; aim at a live one three times in four when any is.
         candidates = live if live and data.draw(st.integers(0, 3)) else self.issued_leases
-        lease_id, queue, partition, offsets = data.draw(st.sampled_from(candidates))
+        lease_id, queue, partition, offsets, group = data.draw(st.sampled_from(candidates))
         holder = self.model.find_live_lease(lease_id)
         if holder is not None:
             lease = holder[2]["lease"]
@@ -345,8 +354,8 @@ class StateAgainstModel(RuleBasedStateMachine):
             chosen = offsets[:1]
         acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
                             "status": "completed"} for o in chosen]
-        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": None, "leaseId": lease_id,
-                                "acknowledgments": acknowledgments})
+        got = self.state.apply({"op": "ack", "now": now, "consumerGroup": group,
+                                "leaseId": lease_id, "acknowledgments": acknowledgments})
         want = self.model.ack(now, lease_id, acknowledgments)
         assert_matches(got, want, "ack")
         event(f"ack: {'accepted' if want['results'][0]['success'] else 'refused'}")
@@ -463,8 +472,10 @@ class StateAgainstModel(RuleBasedStateMachine):
     def deliverable_agrees_with_pop(self):
         for queue in QUEUES:
             for partition in PARTITIONS:
-                assert (self.state.deliverable(queue, partition, None)
-                        == self.model.deliverable(queue, partition)), (queue, partition)
+                for group in DISTINCT_GROUPS:
+                    assert (self.state.deliverable(queue, partition, group)
+                            == self.model.deliverable(queue, partition, group)), (queue, partition,
+                                                                                  group)
 
     @invariant()
     def timer_dead_letters_agree(self):

@@ -9,7 +9,8 @@ pending quota, the duplicate-key refusal, fires at or after deliverAt in (dueAt,
 order under the fireBatch and fireMaxBytes bounds, permanent fire failures (payload over the
 queue's maxPayloadBytes) with exponential backoff and the `__timer__` DLQ; partitions as lists of
 messages with a per-partition dedup window; queue-mode consumption with one lease per partition,
-a cursor, prefix acks and redelivery after the lease expires.
+a cursor, prefix acks and redelivery after the lease expires, for the queue-mode group and for
+named consumer groups, each with its own cursor and leases.
 
 Where the contract leaves a choice open, the choice is a named constant below, so a disagreement
 with the state is one line to find and one line to flip.
@@ -82,9 +83,10 @@ class TimerModel:
         self.pending_timers = {}
         # queue -> {"options": dict, "partitions": {name: partition}, "dlq": [rows]}
         # partition: {"messages": [...], "dedup": {txn: {"offset", "messageId", "expiresAt"}},
-        #             "cursor": next offset not yet completed,
-        #             "deliveries": {offset: times delivered},
-        #             "lease": None | {"leaseId", "expiresAt", "offsets": [...], "settled": [...]}}
+        #             "groups": {consumer group: consumption}}
+        # consumption: {"cursor": next offset not yet completed,
+        #               "deliveries": {offset: times delivered},
+        #               "lease": None | {"leaseId", "expiresAt", "offsets": [...], "settled": [...]}}
         self.queues = {}
         self.billed = 0
         self.fired_counts = {"appended": 0, "duplicate": 0, "failed": 0, "dlq": 0}
@@ -107,14 +109,15 @@ class TimerModel:
     def partition(self, queue_name, partition_name):
         partitions = self.queue(queue_name)["partitions"]
         if partition_name not in partitions:
-            partitions[partition_name] = {
-                "messages": [],
-                "dedup": {},
-                "cursor": 0,
-                "deliveries": {},
-                "lease": None,
-            }
+            partitions[partition_name] = {"messages": [], "dedup": {}, "groups": {}}
         return partitions[partition_name]
+
+    def consumption(self, part, group):
+        """A group's cursor, deliveries and lease on one partition; a new group starts at 0."""
+        name = QUEUE_MODE_GROUP if group is None else group
+        if name not in part["groups"]:
+            part["groups"][name] = {"cursor": 0, "deliveries": {}, "lease": None}
+        return part["groups"][name]
 
     def live_dedup_entry(self, part, txn):
         entry = part["dedup"].get(txn)
@@ -318,41 +321,44 @@ class TimerModel:
             results.append(result)
         return {"results": results}
 
-    # ----------------------------------------------------------------------- queue-mode pop
-    def free_expired_lease(self, part):
-        lease = part["lease"]
+    # ------------------------------------------------------------------------- pop and ack
+    def free_expired_lease(self, used):
+        lease = used["lease"]
         if lease is not None and is_expired(lease["expiresAt"], self.clock):
-            part["lease"] = None
+            used["lease"] = None
 
-    def has_deliverable(self, part):
-        self.free_expired_lease(part)
-        return part["lease"] is None and part["cursor"] < len(part["messages"])
+    def has_deliverable(self, part, group):
+        used = self.consumption(part, group)
+        self.free_expired_lease(used)
+        return used["lease"] is None and used["cursor"] < len(part["messages"])
 
-    def pop(self, now, queue_name, partition_name, batch, lease_id, auto_ack):
+    def pop(self, now, queue_name, partition_name, batch, lease_id, auto_ack, group=None):
         self.advance(now)
         nothing = {"leaseId": None, "messages": []}
         if queue_name not in self.queues:
             return nothing
         partitions = self.queues[queue_name]["partitions"]
         if partition_name is not None:
-            if partition_name not in partitions or not self.has_deliverable(partitions[partition_name]):
+            if (partition_name not in partitions
+                    or not self.has_deliverable(partitions[partition_name], group)):
                 return nothing
             chosen = partition_name
         else:
             chosen = None
             for name in sorted(partitions):
-                if self.has_deliverable(partitions[name]):
+                if self.has_deliverable(partitions[name], group):
                     chosen = name
                     break
             if chosen is None:
                 return nothing
         part = partitions[chosen]
-        start = part["cursor"]
+        used = self.consumption(part, group)
+        start = used["cursor"]
         offsets = list(range(start, min(start + batch, len(part["messages"]))))
         messages = []
         for offset in offsets:
             stored = part["messages"][offset]
-            part["deliveries"][offset] = part["deliveries"].get(offset, FIRST_DELIVERY_ATTEMPT - 1) + 1
+            used["deliveries"][offset] = used["deliveries"].get(offset, FIRST_DELIVERY_ATTEMPT - 1) + 1
             messages.append({
                 "transactionId": stored["transactionId"],
                 "messageId": stored["messageId"],
@@ -360,27 +366,29 @@ class TimerModel:
                 "partition": chosen,
                 "offset": offset,
                 "leaseId": lease_id,
-                "deliveryAttempt": part["deliveries"][offset],
+                "deliveryAttempt": used["deliveries"][offset],
                 "payload": stored["payload"],
                 "createdAt": stored["createdAt"],
+                "consumerGroup": QUEUE_MODE_GROUP if group is None else group,
                 "traceId": stored["traceId"],
             })
         if auto_ack:
-            part["cursor"] = start + len(offsets)
+            used["cursor"] = start + len(offsets)
         else:
             lease_time_ms = self.queues[queue_name]["options"]["leaseTime"] * 1000
-            part["lease"] = {"leaseId": lease_id, "expiresAt": self.clock + lease_time_ms,
+            used["lease"] = {"leaseId": lease_id, "expiresAt": self.clock + lease_time_ms,
                              "offsets": offsets, "settled": []}
         return {"leaseId": lease_id, "messages": messages}
 
     def find_live_lease(self, lease_id):
-        """(queue, partition name, partition) holding this live lease, or None."""
+        """(queue, partition name, the group's consumption) holding this live lease, or None."""
         for queue_name, q in self.queues.items():
             for name, part in q["partitions"].items():
-                self.free_expired_lease(part)
-                lease = part["lease"]
-                if lease is not None and lease["leaseId"] == lease_id:
-                    return queue_name, name, part
+                for used in part["groups"].values():
+                    self.free_expired_lease(used)
+                    lease = used["lease"]
+                    if lease is not None and lease["leaseId"] == lease_id:
+                        return queue_name, name, used
         return None
 
     def ack(self, now, lease_id, acknowledgments):
@@ -394,14 +402,14 @@ class TimerModel:
                 results.append({"index": index, "success": False, "error": "invalid_lease",
                                 "dlq": False})
                 continue
-            part = holder[2]
-            lease = part["lease"]
+            used = holder[2]
+            lease = used["lease"]
             if item["offset"] not in lease["settled"]:
                 lease["settled"].append(item["offset"])
-            while part["cursor"] in lease["settled"]:
-                part["cursor"] += 1
+            while used["cursor"] in lease["settled"]:
+                used["cursor"] += 1
             if sorted(lease["settled"]) == sorted(lease["offsets"]):
-                part["lease"] = None
+                used["lease"] = None
             results.append({"index": index, "success": True, "dlq": False})
         return {"results": results}
 
@@ -411,16 +419,18 @@ class TimerModel:
             return None
         return min(t["dueAt"] for t in self.pending_timers.values())
 
-    def deliverable(self, queue_name, partition_name):
+    def deliverable(self, queue_name, partition_name, group=None):
         if queue_name not in self.queues:
             return False
         part = self.queues[queue_name]["partitions"].get(partition_name)
         if part is None:
             return False
-        lease = part["lease"]
+        used = part["groups"].get(QUEUE_MODE_GROUP if group is None else group,
+                                  {"cursor": 0, "lease": None})
+        lease = used["lease"]
         if lease is not None and not is_expired(lease["expiresAt"], self.clock):
             return False
-        return part["cursor"] < len(part["messages"])
+        return used["cursor"] < len(part["messages"])
 
     def messages(self, queue_name, partition_name):
         q = self.queues.get(queue_name)
