@@ -381,6 +381,14 @@ class StateAgainstModel(RuleBasedStateMachine):
         want = self.model.barrier(now)
         assert got == want
 
+    @rule()
+    def restart_from_snapshot(self):
+        """A replica restarted from its last snapshot carries on as if nothing happened: leases,
+        dedup windows, backoffs, cursors and the clock all live in the image."""
+        image = self.state.snapshot()
+        self.state = TenantState.restore(image)
+        assert self.state.snapshot() == image
+
     @rule(step=CLOCK_STEPS)
     def barrier(self, step):
         now = self.now(step)
