@@ -216,7 +216,8 @@ def _paths() -> dict:
     }, ("acknowledgments", "leaseId"))
     ack_answer = obj({"results": array(ref("AckVerdict"))}, ("results",))
     transaction_ok = {"oneOf": [
-        obj({"success": {"const": True}, "results": array({"type": "object"})}, ("success", "results")),
+        obj({"success": {"const": True}, "results": array({"anyOf": [
+            ref("PushVerdict"), ref("AckVerdict"), ref("KvRow"), ref("TimerResult")]})}, ("success", "results")),
         obj({"success": {"const": False}, "reason": {"enum": [
             "rejected_ack", "duplicate", "kv_precondition", "bad_request", "too_large", "timers_quota_exceeded"]},
             "error": STR, "index": NON_NEG}, ("success", "reason", "error")),

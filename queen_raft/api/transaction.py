@@ -131,12 +131,14 @@ def encrypt_items(serving: ServingNode, tenant: str, operations: list[dict], tim
     group = serving.groups[tenant]
     try:
         encrypting = timers.encrypting_queues(serving, group, timer_ops)
-    except ApiError as error:
+        timer_ops = [timers.encrypt_op(serving, op) if op["op"] != "cancel" and op["queue"] in encrypting else op
+                     for op in timer_ops]
+    except ApiError as error:  # the timer route's codes, as a transaction's reasons
         if error.status == 400:
             raise refused(400, BAD_REQUEST, error.message) from None
+        if error.status == 413:  # a zstd payload that inflates past the bound before encryption
+            raise refused(413, TOO_LARGE, error.message) from None
         raise
-    timer_ops = [timers.encrypt_op(serving, op) if op["op"] != "cancel" and op["queue"] in encrypting else op
-                 for op in timer_ops]
     pushes = [op for op in operations if op["type"] == "push"]
     encrypted_pushes = iter(messages.encrypt_push_items(serving, tenant, pushes))
     operations = [next(encrypted_pushes) if op["type"] == "push" else op for op in operations]

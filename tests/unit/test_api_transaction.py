@@ -197,3 +197,8 @@ async def test_encrypting_queue_inside_a_transaction_is_encrypted_and_client_fla
         status, _, body = await api.call("POST", "/api/v1/transaction", json={
             "timers": [timer("t", queue="secret", encrypted=True)]})
         assert (status, body["reason"]) == (400, "bad_request")
+        # The broker decompresses a zstd payload before encrypting it; one that does not is the client's error.
+        status, _, body = await api.call("POST", "/api/v1/transaction", json={
+            "timers": [timer("z", queue="secret", payloadZstd=True)]})
+        assert (status, body["reason"], body["success"]) == (400, "bad_request", False)
+        assert state.peek_timer("secret", "z") is None
