@@ -48,6 +48,11 @@ class RaftSettings:
     # Fire bounds carried in the tick command so every replica applies the same batch.
     fire_batch: int = 256
     fire_max_bytes: int = 4 * MiB
+    # How a failing fire backs off (QUEEN_SWEEPER_*): also in the tick command, for the same reason.
+    fire_max_attempts: int = 5
+    fire_backoff_min_ms: int = 1000
+    fire_backoff_max_ms: int = 60_000
+    fire_transient_backoff_ms: int = 1000
     # "group": one journal flush per pysyncobj tick before a follower acknowledges and before the
     # leader counts itself; term/vote fsynced. "off": no fsync (survives kill -9, not power loss).
     fsync: str = "group"
@@ -91,4 +96,11 @@ class RaftSettings:
 
     @property
     def tick_policy(self) -> dict:
-        return {"fireBatch": self.fire_batch, "fireMaxBytes": self.fire_max_bytes}
+        return {
+            "fireBatch": self.fire_batch,
+            "fireMaxBytes": self.fire_max_bytes,
+            "maxAttempts": self.fire_max_attempts,
+            "backoffMinMs": self.fire_backoff_min_ms,
+            "backoffMaxMs": self.fire_backoff_max_ms,
+            "transientBackoffMs": self.fire_transient_backoff_ms,
+        }
