@@ -60,7 +60,10 @@ def test_settings_defaults_are_the_measured_ones_and_bad_values_are_refused():
     s = RaftSettings()
     assert (s.election_min_s, s.election_max_s, s.append_entries_period_s) == (0.2, 0.6, 0.05)
     assert s.leader_fallback_timeout_s == 2.5 and s.connection_retry_s == 0.5
-    assert s.tick_policy == {"fireBatch": 256, "fireMaxBytes": 4 * 1024 * 1024}
+    assert s.tick_policy == {
+        "fireBatch": 256, "fireMaxBytes": 4 * 1024 * 1024, "maxAttempts": 5,
+        "backoffMinMs": 1000, "backoffMaxMs": 60_000, "transientBackoffMs": 1000,
+    }
     with pytest.raises(ValueError):
         RaftSettings(fsync="always")
     with pytest.raises(ValueError):
