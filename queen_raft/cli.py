@@ -92,7 +92,7 @@ def _stop_processes(processes: dict[str, subprocess.Popen]) -> None:
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     """Starts every node of the config, waits until every group has a leader, prints how to use
-    it, and stops the nodes (by PID) on Ctrl-C or SIGTERM."""
+    it, and stops the nodes (by PID) on Ctrl-C, SIGTERM or SIGHUP."""
     config = load_config(args.config)
     log_dir = config.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -103,8 +103,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    # SIGHUP too: a closed terminal must not leave three orphaned nodes holding the ports.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, request_stop)
     try:
         for node in config.nodes:
             log_file = open(log_dir / f"{node.id}.log", "ab")
