@@ -339,6 +339,11 @@ def _paths() -> dict:
 @lru_cache(maxsize=1)
 def _document() -> dict:
     paths = _paths()
+    # A batch holding a cancel refused by the pause, the rate or the quota names the route that
+    # always works (SPEC.md section 2).
+    for status in ("403", "429", "503"):
+        answer = paths["/api/v1/timers"]["post"]["responses"][status]
+        answer["headers"] = {**answer.get("headers", {}), **HINT}
     body = paths["/api/v1/transaction"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     return {
         "openapi": OPENAPI_VERSION,
