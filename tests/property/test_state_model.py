@@ -1,10 +1,10 @@
 """TenantState against the plain reference model in timer_model.py, step by step.
 
 Hypothesis drives both through random timer batches, ticks with tight fire bounds, pushes with
-repeated txns, queue-mode pops, prefix acks and lease expiries, under a wandering proposer clock
-that also runs backwards (the group clock must not). Every answer is compared with the model's,
-and after every step the invariants of issue 2 are checked on what the state shows through its
-read helpers.
+repeated txns, pops (queue mode and a named group), prefix acks, lease expiries and restarts from
+a snapshot, under a wandering proposer clock that also runs backwards (the group clock must not).
+Every answer is compared with the model's, and after every step the invariants of issue 2 are
+checked on what the state shows through its read helpers.
 """
 
 import pytest
@@ -52,7 +52,7 @@ DELAYS = st.one_of(
     st.integers(-2000, 0),  # already due: fires in the scheduling entry
     st.integers(1, 3000),
     st.integers(3000, 20_000),
-    st.sampled_from([0, 1000, 2000]),  # common instants: due-time ties, where (queue, timerKey) order decides
+    st.sampled_from([0, 1000, 2000]),  # due-time ties: only (queue, timerKey) orders the fires
 )
 # q0 may be configured with a 12-byte payload limit, which some payloads exceed and some do not.
 SMALL_PAYLOAD_LIMIT = 12
