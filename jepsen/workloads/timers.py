@@ -8,6 +8,7 @@ how the checker sees *when* a fire became visible.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
@@ -31,8 +32,10 @@ OP_WEIGHTS = {"schedule": 5, "cancel": 2, "peek": 3}
 # The final phase waits this long past the last instant a timer could be due, to cover the tick
 # period, one election and the commit of the fire.
 FINAL_MARGIN_MS = 5000
-# Final peeks per key: retried while the cluster answers 503, each a recorded operation.
+# Final peeks per key: retried while the cluster answers 503, each a recorded operation, this far
+# apart (an election takes up to ~2 s after a restart).
 FINAL_PEEK_ATTEMPTS = 10
+FINAL_PEEK_RETRY_S = 0.5
 
 
 def _first_result(outcome: Outcome) -> dict:
@@ -158,6 +161,7 @@ class TimersWorkload:
                                              f"/api/v1/timers/{QUEUE}/{key}", None, normalize_peek)
                 if type_ == OK:
                     break
+                await asyncio.sleep(FINAL_PEEK_RETRY_S)
             else:
                 final.notes.append(f"final peek of {key} never answered")
         records, problem = await fetch_log(client, process, QUEUE)
