@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from jepsen.cluster import Cluster
 from jepsen.history import NEMESIS_PROCESS, HistoryWriter
 from jepsen.network import bridge, grudge_links, isolate, majorities_ring, one_way
 
-KILL_FAULTS = ("kill-one", "kill-leader", "kill-all")
+KILL_FAULTS = ("kill-one", "kill-leader", "kill-all", "kill-follower-then-leader")
 PAUSE_FAULTS = ("pause-leader",)
 PARTITION_FAULTS = ("partition-one", "partition-leader", "partition-ring", "partition-bridge",
                     "partition-leader-outbound")
@@ -28,6 +29,7 @@ CLOCK_FAULTS = ("clock-skew",)
 NEMESES: dict[str, tuple[str, ...]] = {
     "none": (),
     "kill": KILL_FAULTS,
+    "kill-chain": ("kill-follower-then-leader",),
     "pause": PAUSE_FAULTS,
     "partition": PARTITION_FAULTS,
     "clock": CLOCK_FAULTS,
@@ -42,6 +44,7 @@ FAULT_DURATION_S = {
     "kill-one": (2.0, 6.0),
     "kill-leader": (2.0, 6.0),
     "kill-all": (1.0, 3.0),
+    "kill-follower-then-leader": (2.0, 5.0),
     "pause-leader": (1.5, 5.0),
     "partition-one": (3.0, 8.0),
     "partition-leader": (3.0, 8.0),
@@ -53,6 +56,11 @@ FAULT_DURATION_S = {
 # Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
 # that had a chance to recover, and the lateness checker has quiet periods to compare with.
 QUIET_S = (3.0, 8.0)
+# kill-follower-then-leader: the leader dies this long after the follower, while the surviving
+# follower is the only other copy of every acknowledged write (Kafka's lost-ISR pattern).
+FOLLOWER_THEN_LEADER_GAP_S = (0.3, 2.0)
+# ...and at the end the follower is restarted this long before the old leader.
+FOLLOWER_FIRST_HEAD_START_S = 1.5
 # Clock jumps are +-2^k ms, k in this range (Jepsen's clock nemesis spans ms to minutes).
 SKEW_EXPONENTS = (2, 16)
 # A restarted node must answer /health within this before the next step of a fault goes on.
@@ -84,6 +92,7 @@ def plan_faults(rng: random.Random, nemesis: str, duration_s: float, node_count:
             "node": rng.randrange(node_count),
             "skews": [rng.choice((-1, 1)) * 2 ** rng.randint(*SKEW_EXPONENTS) for _ in range(node_count)],
             "skew_others": [rng.random() < 0.5 for _ in range(node_count)],
+            "gap_s": round(rng.uniform(*FOLLOWER_THEN_LEADER_GAP_S), 3),
         }
         planned.append(PlannedFault(round(at, 3), fault, round(length, 3), draws))
         at += length + rng.uniform(*QUIET_S)
@@ -98,6 +107,7 @@ class Nemesis:
         self.injected: list[dict] = []
         self.max_forward_skew_ms = 0
         self._killed: set[str] = set()
+        self._killed_order: list[str] = []
         self._skewed: set[str] = set()
         self._paused: set[str] = set()
 
@@ -165,6 +175,22 @@ class Nemesis:
             self.cluster.kill(node)
             self._killed.add(node)
             return {"nodes": [node], "leader": leader}
+        if kind == "kill-follower-then-leader":
+            leader = self.cluster.leader()
+            followers = [node for node in ids if node != leader]
+            follower = followers[draws["node"] % len(followers)]
+            self.cluster.kill(follower)
+            self._killed.add(follower)
+            self._killed_order = [follower]
+            time.sleep(draws["gap_s"])
+            second = self.cluster.leader() or leader
+            killed = [follower]
+            if second is not None and second != follower:
+                self.cluster.kill(second)
+                self._killed.add(second)
+                self._killed_order.append(second)
+                killed.append(second)
+            return {"nodes": killed, "leader": leader, "gap_s": draws["gap_s"]}
         if kind == "kill-all":
             for node in ids:
                 self.cluster.kill(node)
@@ -215,6 +241,17 @@ class Nemesis:
 
     def _stop_sync(self, fault: PlannedFault) -> dict:
         kind = fault.fault
+        if kind == "kill-follower-then-leader":
+            # The follower first, so it and the survivor elect a leader before the old leader (the
+            # one node sure to hold every acknowledged write) is back to veto a short log.
+            order = list(self._killed_order)
+            for position, node in enumerate(order):
+                if position:
+                    time.sleep(FOLLOWER_FIRST_HEAD_START_S)
+                self.cluster.start(node)
+            self._killed.clear()
+            self._killed_order.clear()
+            return {"restarted": order}
         if kind.startswith("kill"):
             restarted = sorted(self._killed)
             for node in restarted:
