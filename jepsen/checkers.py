@@ -67,6 +67,32 @@ def check_log_offsets(log: list[dict], queue: str) -> dict:
     return {"gapless_offsets": _property(not problems, problems, records=len(log))}
 
 
+def check_replicas_agree(replica_logs: dict[str, dict], queue: str) -> dict:
+    """Every node, read alone after its own read barrier, holds the same partition log.
+
+    A replica whose state machine diverged (it applied entries its peers never committed, or skipped
+    some) shows here even when the leader's log is right. A node that could not be read leaves the
+    property unknown.
+    """
+    readable = {node: read["records"] for node, read in replica_logs.items() if not read.get("problem")}
+    unreadable = sorted(node for node, read in replica_logs.items() if read.get("problem"))
+    problems = []
+    if readable:
+        reference_node = sorted(readable)[0]
+        reference = [(r.get("offset"), r.get("txn"), r.get("messageId")) for r in readable[reference_node]]
+        for node, records in sorted(readable.items()):
+            mine = [(r.get("offset"), r.get("txn"), r.get("messageId")) for r in records]
+            if mine == reference:
+                continue
+            first = next((i for i, (a, b) in enumerate(zip(mine, reference)) if a != b), min(len(mine), len(reference)))
+            problems.append({"queue": queue, "node": node, "compared_with": reference_node,
+                             "records": len(mine), "reference_records": len(reference), "first_difference": first,
+                             "node_has": mine[first] if first < len(mine) else None,
+                             "reference_has": reference[first] if first < len(reference) else None})
+    valid = False if problems else (None if unreadable or not replica_logs else True)
+    return _property(valid, problems, nodes_read=sorted(readable), nodes_unreadable=unreadable)
+
+
 # ---------------------------------------------------------------------------------------------
 # Timers
 
@@ -544,6 +570,7 @@ def _ack_verdicts(ack: Operation) -> list[dict]:
 # after a cancel, a stranger): a partial read of the log cannot invent them. Every other property
 # reports an *absence* (a record not found), which a partial read can fake.
 PRESENCE_PROPERTIES = frozenset({
+    "replicas_agree",
     "at_most_once", "no_fire_after_acknowledged_cancel", "no_unexpected_messages",
     "floor_not_before_deliverAt", "lateness", "no_redelivery_after_completed_ack", "pop_never_skips_unacked",
 })

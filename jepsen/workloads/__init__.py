@@ -34,6 +34,8 @@ class FinalReads:
 
     logs: dict[str, list[dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # queue -> node -> {"records", "problem"}: the same partition read from each node alone.
+    replica_logs: dict[str, dict[str, dict]] = field(default_factory=dict)
 
 
 class Workload(Protocol):

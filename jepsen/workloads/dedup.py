@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from jepsen.checkers import judged_on_partial_log, check_pushes
+from jepsen.checkers import check_pushes, check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient
 from jepsen.history import FaultWindow, Operation
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
-from jepsen.workloads.messages import fetch_log, push
+from jepsen.workloads.messages import read_back, push
 
 QUEUE = "jd"
 # Each txn is pushed about this many times, spread over ACTIVE_WINDOW_S, so its pushes straddle
@@ -58,13 +58,11 @@ class DedupWorkload:
 
     async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
         final = FinalReads()
-        records, problem = await fetch_log(client, process, QUEUE)
-        final.logs[QUEUE] = records
-        if problem:
-            final.notes.append(f"{QUEUE}: {problem}")
+        await read_back(client, QUEUE, final)
         return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
         results = check_pushes(operations, final.logs.get(QUEUE, []), QUEUE, exactly_once_when_acked=True,
                                log_complete=_log_complete(final))
+        results["replicas_agree"] = check_replicas_agree(final.replica_logs.get(QUEUE, {}), QUEUE)
         return results if _log_complete(final) else judged_on_partial_log(results)

@@ -91,25 +91,26 @@ async def push(client: HistoryClient, process: Any, node: str, queue: str, txn: 
     return type_
 
 
-async def fetch_log(client: HistoryClient, process: Any, queue: str) -> tuple[list[dict], str | None]:
-    """The whole partition, by offset, through the linearizable fetch route.
+async def fetch_log(client: HistoryClient, queue: str, nodes: list[str] | None = None) -> tuple[list[dict], str | None]:
+    """The whole partition, by offset, through the linearizable fetch route, asking `nodes` in turn
+    (every node by default).
 
     Returns the records and None, or what was read and why it stopped short.
     """
     records: list[dict] = []
     offset = 0
-    nodes = itertools.cycle(client.node_ids)
+    ring = itertools.cycle(nodes or client.node_ids)
     while True:
         page = None
         for _ in range(FETCH_ATTEMPTS):
-            node = next(nodes)
+            node = next(ring)
             outcome = await client.nodes[node].request(
                 "POST", "/api/v1/fetch", {"entries": [{"queue": queue, "partition": PARTITION,
                                                        "offset": offset, "limit": FETCH_PAGE}]})
             if outcome.type == OK and isinstance(outcome.body, dict):
                 page = outcome.body["entries"][0]["records"]
                 break
-            if outcome.type == FAIL:
+            if outcome.status is not None and 400 <= outcome.status < 500:
                 return records, f"fetch refused: {outcome.answer}"
             await asyncio.sleep(FETCH_RETRY_S)
         if page is None:
@@ -124,6 +125,19 @@ async def fetch_log(client: HistoryClient, process: Any, queue: str) -> tuple[li
         if len(page) < FETCH_PAGE:
             return records, None
         offset = records[-1]["offset"] + 1
+
+
+async def read_back(client: HistoryClient, queue: str, final) -> None:
+    """Reads the partition from any node into final.logs, and from each node on its own into
+    final.replica_logs: every replica, after its read barrier, must hold the very same log."""
+    records, problem = await fetch_log(client, queue)
+    final.logs[queue] = records
+    if problem:
+        final.notes.append(f"{queue}: {problem}")
+    final.replica_logs[queue] = {}
+    for node in client.node_ids:
+        replica, replica_problem = await fetch_log(client, queue, [node])
+        final.replica_logs[queue][node] = {"records": replica, "problem": replica_problem}
 
 
 class Consumer:

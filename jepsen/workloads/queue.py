@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from jepsen.checkers import judged_on_partial_log, check_pushes, check_queue_consumption
+from jepsen.checkers import check_pushes, check_queue_consumption, check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient
 from jepsen.history import Operation, FaultWindow
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
-from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, fetch_log, push
+from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, read_back, push
 
 QUEUE = "jq"
 GROUPS = ("ga", "gb")
@@ -55,14 +55,12 @@ class QueueWorkload:
 
     async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
         final = FinalReads()
-        records, problem = await fetch_log(client, process, QUEUE)
-        final.logs[QUEUE] = records
-        if problem:
-            final.notes.append(f"{QUEUE}: {problem}")
+        await read_back(client, QUEUE, final)
         return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
         log = final.logs.get(QUEUE, [])
         results = check_pushes(operations, log, QUEUE, log_complete=_log_complete(final))
         results.update(check_queue_consumption(operations, log, QUEUE))
+        results["replicas_agree"] = check_replicas_agree(final.replica_logs.get(QUEUE, {}), QUEUE)
         return results if _log_complete(final) else judged_on_partial_log(results)

@@ -14,11 +14,11 @@ import json
 import random
 from typing import Any
 
-from jepsen.checkers import judged_on_partial_log, check_queue_consumption, check_timers
+from jepsen.checkers import check_queue_consumption, check_replicas_agree, check_timers, judged_on_partial_log
 from jepsen.client import HistoryClient, Outcome
 from jepsen.history import FAIL, OK, FaultWindow, Operation
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
-from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, fetch_log
+from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, read_back
 
 QUEUE = "jt"
 CONSUMER_GROUP = "timers-consumers"
@@ -164,14 +164,12 @@ class TimersWorkload:
                 await asyncio.sleep(FINAL_PEEK_RETRY_S)
             else:
                 final.notes.append(f"final peek of {key} never answered")
-        records, problem = await fetch_log(client, process, QUEUE)
-        final.logs[QUEUE] = records
-        if problem:
-            final.notes.append(f"{QUEUE}: {problem}")
+        await read_back(client, QUEUE, final)
         return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
         results = check_timers(operations, final.logs.get(QUEUE, []), windows, QUEUE,
                                log_complete=_log_complete(final))
         results.update(check_queue_consumption(operations, final.logs.get(QUEUE, []), QUEUE))
+        results["replicas_agree"] = check_replicas_agree(final.replica_logs.get(QUEUE, {}), QUEUE)
         return results if _log_complete(final) else judged_on_partial_log(results)

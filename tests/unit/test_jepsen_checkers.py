@@ -399,3 +399,19 @@ def test_a_partial_log_turns_absences_into_unknown_and_keeps_presences():
     assert results["no_lost_timers"]["valid"] is None
     assert results["linearizable_per_key"]["valid"] is None
     assert results["at_most_once"]["valid"] is False
+
+
+def test_replicas_that_diverge_are_caught_and_unreadable_ones_are_unknown():
+    from jepsen.checkers import check_replicas_agree
+
+    log = [record(0, "a", 1), record(1, "b", 2)]
+    same = {"n1": {"records": log, "problem": None}, "n2": {"records": list(log), "problem": None}}
+    assert check_replicas_agree(same, QUEUE)["valid"] is True
+    diverged = dict(same, n3={"records": [log[0], record(1, "c", 2)], "problem": None})
+    result = check_replicas_agree(diverged, QUEUE)
+    assert result["valid"] is False
+    assert result["counterexamples"][0]["node"] == "n3" and result["counterexamples"][0]["first_difference"] == 1
+    shorter = dict(same, n3={"records": log[:1], "problem": None})
+    assert check_replicas_agree(shorter, QUEUE)["valid"] is False
+    unreadable = dict(same, n3={"records": [], "problem": "did not answer"})
+    assert check_replicas_agree(unreadable, QUEUE)["valid"] is None
