@@ -12,7 +12,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -204,11 +204,28 @@ assert all(getattr(Settings(), spec.key) == spec.default for spec in SETTING_SPE
 
 
 @dataclass(frozen=True)
+class DialRoute:
+    """One entry of a node's `[nodes.dial]`: reach a peer's Raft ports through another address.
+
+    The key names the peer by its base Raft address (`host:raft_port`, tenant 0's group); the route
+    applies to every tenant with the same offset on both sides, so tenant i dials via_port + i. One
+    key therefore reroutes (and lets a proxy cut) the whole link to that peer, every group at once.
+    """
+
+    peer_id: str
+    peer_host: str
+    peer_raft_port: int
+    via_host: str
+    via_port: int
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     id: str
     host: str
     http_port: int
     raft_port: int
+    dial: tuple[DialRoute, ...] = ()
 
     @property
     def http_url(self) -> str:
@@ -217,6 +234,13 @@ class NodeConfig:
     def raft_addr(self, tenant_index: int) -> str:
         """Tenant i's group listens on raft_port + i (SPEC.md section 6)."""
         return f"{self.host}:{self.raft_port + tenant_index}"
+
+    def dial_map(self, tenant_index: int) -> dict[str, str]:
+        """Tenant i's dial map for queen_raft.raft.TenantGroup: peer Raft address -> address to dial."""
+        return {
+            f"{route.peer_host}:{route.peer_raft_port + tenant_index}": f"{route.via_host}:{route.via_port + tenant_index}"
+            for route in self.dial
+        }
 
 
 @dataclass(frozen=True)
@@ -297,6 +321,53 @@ def _expect_port(value: Any, where: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ConfigError(f"{source}: {where} must be a port number 1..65535, got {value!r}")
     return value
+
+
+def _split_host_port(value: Any, where: str, source: str) -> tuple[str, int]:
+    """`host:port` (the last colon splits, so `::1:7400` is IPv6 loopback, as Raft addresses are written)."""
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(f"{source}: {where} must be a host:port string, got {value!r}")
+    host, _, port_text = value.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise ConfigError(f"{source}: {where} must be a host:port string, got {value!r}")
+    return host, _expect_port(int(port_text), where, source)
+
+
+def _parse_dial(raw: Any, node: NodeConfig, nodes: list[NodeConfig], tenant_count: int,
+                source: str) -> tuple[DialRoute, ...]:
+    """A node's `[nodes.dial]`: base Raft address of a peer -> base address to dial it through."""
+    table = _expect_table(raw, f"node {node.id!r} dial", source)
+    peers_by_base = {f"{peer.host}:{peer.raft_port}": peer for peer in nodes if peer.id != node.id}
+    routes: list[DialRoute] = []
+    for key, value in table.items():
+        where = f"node {node.id!r} dial[{key!r}]"
+        peer = peers_by_base.get(key)
+        if peer is None:
+            raise ConfigError(
+                f"{source}: {where}: a key must be a peer's base Raft address host:raft_port as its [[nodes]] "
+                f"entry writes it (one of: {', '.join(sorted(peers_by_base)) or 'none, no other node'})")
+        via_host, via_port = _split_host_port(value, where, source)
+        if via_port + tenant_count - 1 > 65535:
+            raise ConfigError(f"{source}: {where}: {value} + {tenant_count - 1} (the last tenant's offset) is past 65535")
+        routes.append(DialRoute(peer.id, peer.host, peer.raft_port, via_host, via_port))
+    return tuple(routes)
+
+
+def _check_dial_targets(nodes: list[NodeConfig], tenant_count: int, bound: dict[tuple[str, int], str], source: str) -> None:
+    """A dial target is a different address for one peer: it may not be an address the cluster
+    listens on (that is another node's port, or the peer's own, which needs no route), and two
+    peers may not share one (their links would reach the same place)."""
+    for node in nodes:
+        used: dict[tuple[str, int], str] = {}
+        for route in node.dial:
+            for offset in range(tenant_count):
+                target = (route.via_host, route.via_port + offset)
+                where = f"node {node.id!r} dial to {route.peer_id!r} ({target[0]}:{target[1]})"
+                if target in bound:
+                    raise ConfigError(f"{source}: {where} is an address the cluster listens on ({bound[target]})")
+                if target in used:
+                    raise ConfigError(f"{source}: {where} is also the dial target of {used[target]!r}")
+                used[target] = route.peer_id
 
 
 def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Settings:
@@ -382,7 +453,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     for i, raw_node in enumerate(raw_nodes):
         where = f"node #{i + 1}"
         table = _expect_table(raw_node, where, source)
-        _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, set())
+        _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, {"dial"})
         node_id = table["id"]
         if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
             raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
@@ -397,6 +468,12 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     ids = [n.id for n in nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{source}: node ids must be unique, got {', '.join(ids)}")
+    # Dial maps need every node (their keys are peers) and the tenant count (the port offsets).
+    tenant_count = len(raw_tenants) if isinstance(raw_tenants, list) else 0
+    nodes = [
+        replace(node, dial=_parse_dial(raw_node["dial"], node, nodes, tenant_count, source)) if "dial" in raw_node else node
+        for node, raw_node in zip(nodes, raw_nodes)
+    ]
 
     tenants: list[TenantConfig] = []
     tokens_by_sha256: dict[str, TokenConfig] = {}
@@ -434,20 +511,23 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
             if key in taken:
                 raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
             taken[key] = what
+    _check_dial_targets(nodes, len(tenants), taken, source)
 
     settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
 
-    all_loopback = all(is_loopback_host(n.host) for n in nodes)
+    # Every address in the config (SPEC.md section 7): the nodes' and their dial targets.
+    all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
+        is_loopback_host(route.via_host) for n in nodes for route in n.dial)
     if not all_loopback:
         plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
         if plain:
             raise ConfigError(
-                f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address is "
-                "loopback; store them as token_sha256"
+                f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
+                "dial target is loopback; store them as token_sha256"
             )
         if not settings.raft_password:
             raise ConfigError(
-                f"{source}: a node address is not loopback, so the Raft ports need a password "
+                f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
                 "(settings raft_password or QUEEN_RAFT_PASSWORD): the peer protocol is pickle"
             )
 

@@ -113,6 +113,8 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
             state_factory=state_class,
             state_restore=state_class.restore,
             bind_host=node.host,
+            # [nodes.dial]: peers reached through other addresses (the fault harness's link proxies).
+            dial_map=node.dial_map(tenant.index),
         )
         group.on_leadership_change = _log_leadership_change
         group.on_tick_result = _tick_result_observer(metrics, tenant.name)

@@ -2,6 +2,7 @@
 
 import copy
 import hashlib
+import tomllib
 
 import pytest
 
@@ -229,3 +230,80 @@ def test_the_config_readme_documents_every_setting():
     text = (EMBEDDED_DEFAULT_CONFIG.parent / "README.md").read_text()
     for spec in SETTING_SPECS:
         assert f"| `{spec.key}` | `{spec.env}` |" in text, spec.key
+
+
+# -- [nodes.dial] ---------------------------------------------------------------------------------
+
+
+def with_dial(dial: dict, node: int = 0, host: str = "127.0.0.1") -> dict:
+    raw = minimal(host)
+    raw["nodes"][node]["dial"] = dial
+    return raw
+
+
+def test_dial_key_is_the_peer_base_address_and_applies_to_every_tenant_offset():
+    config = parse_config(with_dial({"127.0.0.1:7500": "127.0.0.1:19500"}), env={})
+    n1, n2 = config.node("n1"), config.node("n2")
+    acme, globex = config.tenant("acme").index, config.tenant("globex").index
+    assert n1.dial_map(acme) == {n2.raft_addr(acme): "127.0.0.1:19500"}
+    assert n1.dial_map(globex) == {n2.raft_addr(globex): "127.0.0.1:19501"}
+    assert n2.dial_map(acme) == {} and n2.dial == ()
+
+
+BAD_DIALS = {
+    "own address": ({"127.0.0.1:7400": "127.0.0.1:19500"}, "peer's base Raft address"),
+    "a tenant offset, not the base": ({"127.0.0.1:7501": "127.0.0.1:19500"}, "peer's base Raft address"),
+    "unknown peer": ({"127.0.0.1:9999": "127.0.0.1:19500"}, "peer's base Raft address"),
+    "peer spelled by another host name": ({"localhost:7500": "127.0.0.1:19500"}, "peer's base Raft address"),
+    "target without port": ({"127.0.0.1:7500": "127.0.0.1"}, "host:port"),
+    "target port not a number": ({"127.0.0.1:7500": "127.0.0.1:x"}, "host:port"),
+    "target not a string": ({"127.0.0.1:7500": 19500}, "host:port"),
+    "target port zero": ({"127.0.0.1:7500": "127.0.0.1:0"}, "1..65535"),
+    "last tenant offset past 65535": ({"127.0.0.1:7500": "127.0.0.1:65535"}, "past 65535"),
+    "target is a listening port": ({"127.0.0.1:7500": "127.0.0.1:6633"}, "listens on"),
+    "target is another tenant's raft port": ({"127.0.0.1:7500": "127.0.0.1:7499"}, "listens on"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DIALS))
+def test_bad_dial_maps_are_refused_naming_the_node_and_key(case):
+    dial, words = BAD_DIALS[case]
+    with pytest.raises(ConfigError, match=words) as refused:
+        parse_config(with_dial(dial), env={})
+    assert "node 'n1'" in str(refused.value)
+
+
+def test_dial_must_be_a_table():
+    with pytest.raises(ConfigError, match="dial must be a table"):
+        parse_config(with_dial(["127.0.0.1:7500"]), env={})
+
+
+def test_two_peers_may_not_share_a_dial_target():
+    raw = minimal()
+    raw["nodes"].append({"id": "n3", "host": "127.0.0.1", "http_port": 6634, "raft_port": 7600})
+    # n2 takes 19500-19501 (two tenants); n3's 19501 overlaps it.
+    raw["nodes"][0]["dial"] = {"127.0.0.1:7500": "127.0.0.1:19500", "127.0.0.1:7600": "127.0.0.1:19501"}
+    with pytest.raises(ConfigError, match="also the dial target of 'n2'"):
+        parse_config(raw, env={})
+    raw["nodes"][0]["dial"]["127.0.0.1:7600"] = "127.0.0.1:19502"
+    assert parse_config(raw, env={}).node("n1").dial_map(1)["127.0.0.1:7601"] == "127.0.0.1:19503"
+
+
+def test_non_loopback_dial_target_needs_the_raft_password_and_refuses_plaintext_tokens():
+    raw = with_dial({"127.0.0.1:7500": "10.0.0.9:19500"})
+    with pytest.raises(ConfigError, match="plaintext tokens"):
+        parse_config(copy.deepcopy(raw), env={"QUEEN_RAFT_PASSWORD": "x"})
+    raw["tenants"][0]["tokens"] = [{"token_sha256": "b" * 64, "level": "read-write"}]
+    with pytest.raises(ConfigError, match="dial target is not loopback"):
+        parse_config(copy.deepcopy(raw), env={})
+    config = parse_config(raw, env={"QUEEN_RAFT_PASSWORD": "x"})
+    assert config.node("n1").dial_map(0) == {"127.0.0.1:7500": "10.0.0.9:19500"}
+
+
+def test_the_config_readme_shape_parses_with_its_dial_example():
+    text = (EMBEDDED_DEFAULT_CONFIG.parent / "README.md").read_text()
+    shape = text.split("## Shape", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    raw = tomllib.loads(shape.replace("<64 hex>", "a" * 64))
+    config = parse_config(raw, env={})
+    assert config.node("n1").dial_map(0) == {"127.0.0.1:7500": "127.0.0.1:19500"}
+    assert "[nodes.dial]" in text
