@@ -12,7 +12,7 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from queen_raft.api.errors import ApiError, retry_after_header
+from queen_raft.api.errors import NO_ENCRYPTION_KEY, ApiError, retry_after_header
 
 # 96-bit nonces are GCM's native size; random ones are safe far beyond any queue's message count.
 NONCE_BYTES = 12
@@ -28,7 +28,7 @@ def encryption_unavailable(queues: set[str]) -> ApiError:
     node refuses to run in that case: see node.py)."""
     return ApiError(503, "encryption_unavailable",
                     f"queue(s) {', '.join(sorted(queues))} encrypt at rest but this node has no QUEEN_ENCRYPTION_KEY",
-                    retry_after_header(ENCRYPTION_UNAVAILABLE_RETRY_AFTER_S))
+                    retry_after_header(ENCRYPTION_UNAVAILABLE_RETRY_AFTER_S), fields={"reason": NO_ENCRYPTION_KEY})
 
 
 class PayloadDecryptError(ValueError):

@@ -1,4 +1,10 @@
-"""The one error shape of the wire, `{"error": code, "message": text}`, and how handlers raise it."""
+"""The one error shape of the wire, `{"error": code, "message": text}`, and how handlers raise it.
+
+Every 503 also carries `reason`, one of UNAVAILABLE_REASONS, so a client (the fault harness first)
+can tell a refusal made before anything was proposed (`no_leader`, `busy`, `queue_full`, `paused`,
+`no_encryption_key`: certainly not applied) from one whose entry may still commit (`timeout`,
+`leader_changed`) without reading the message text.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,14 @@ import json
 import math
 
 from aiohttp import web
+
+
+# The Raft layer's GroupUnavailable reasons (queen_raft/raft/group.py), then the API's own 503s:
+# an operator's pause of scheduling (timers_disabled) and a node without QUEEN_ENCRYPTION_KEY.
+RAFT_UNAVAILABLE_REASONS = ("no_leader", "timeout", "leader_changed", "queue_full", "busy")
+PAUSED = "paused"
+NO_ENCRYPTION_KEY = "no_encryption_key"
+UNAVAILABLE_REASONS = RAFT_UNAVAILABLE_REASONS + (PAUSED, NO_ENCRYPTION_KEY)
 
 
 class ApiError(Exception):
@@ -21,6 +35,8 @@ class ApiError(Exception):
         # Added to the body next to error and message: the blamed item's `index`, a transaction's
         # `success: false` and `reason`. None values are left out.
         self.fields = {k: v for k, v in (fields or {}).items() if v is not None}
+        if status == 503 and self.fields.get("reason") not in UNAVAILABLE_REASONS:
+            raise ValueError(f"a 503 ({code}) needs a reason, one of {', '.join(UNAVAILABLE_REASONS)}")
 
     def response(self) -> web.Response:
         return error_response(self.status, self.code, self.message, self.headers, self.fields)

@@ -21,6 +21,7 @@ def unavailable(code: str, exc: GroupUnavailable) -> ApiError:
         code,
         f"the tenant's group cannot answer now ({exc.reason}); the outcome may be unknown: retry, writes are idempotent",
         retry_after_header(exc.retry_after_s),
+        fields={"reason": exc.reason},
     )
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dlq, kv, messages, timers
+from queen_raft.api import dlq, harness_hooks, kv, messages, timers
+from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
 
 OPENAPI_VERSION = "3.1.0"
@@ -75,6 +76,16 @@ SCHEMAS: dict[str, dict] = {
         "success": {"const": False, "description": "transaction refusals only"},
         "reason": {"type": "string", "description": "transaction refusals only: the error code again"},
     }, ("error", "message")),
+    # Every 503: the error shape plus a machine-readable reason (queen_raft/api/errors.py).
+    "Unavailable": obj({
+        "error": {"type": "string", "description": "the error code"}, "message": STR,
+        "reason": {"enum": list(UNAVAILABLE_REASONS), "description": (
+            "why the node cannot answer now. Refused before anything was proposed (certainly not applied): "
+            "no_leader, busy, queue_full, paused (an operator paused scheduling: timers_disabled), "
+            "no_encryption_key (this node lacks QUEEN_ENCRYPTION_KEY). The entry may still commit: timeout, "
+            "leader_changed")},
+        "success": {"const": False, "description": "transaction refusals only"},
+    }, ("error", "message", "reason")),
     "TimerSchedule": obj({
         "op": {"enum": ["schedule", "reschedule"]}, "queue": NON_EMPTY, "timerKey": NON_EMPTY, "delayMs": INT,
         "txn": NON_EMPTY, "payload": B64, "partition": NON_EMPTY, "payloadZstd": BOOL, "encrypted": BOOL,
@@ -163,8 +174,8 @@ def json_content(schema: dict) -> dict:
     return {"application/json": {"schema": schema}}
 
 
-def error(description: str, headers: dict | None = None) -> dict:
-    answer: dict[str, Any] = {"description": description, "content": json_content(ref("Error"))}
+def error(description: str, headers: dict | None = None, schema: str = "Error") -> dict:
+    answer: dict[str, Any] = {"description": description, "content": json_content(ref(schema))}
     if headers:
         answer["headers"] = headers
     return answer
@@ -176,7 +187,7 @@ def operation(summary: str, ok: dict, errors: tuple = STANDARD_ERRORS, body: dic
     responses: dict[str, Any] = {ok_status: {"description": "answered", "content": json_content(ok)}}
     for status, description in errors:
         headers = RETRY_AFTER if status in ("429", "503") else None
-        responses[status] = error(description, headers)
+        responses[status] = error(description, headers, "Unavailable" if status == "503" else "Error")
     responses.update(extra or {})
     op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
     if body is not None:
@@ -336,6 +347,27 @@ def _paths() -> dict:
     }
 
 
+def _test_hook_paths() -> dict:
+    """Routes registered only with QUEEN_TEST_HOOKS=1 (api/harness_hooks.py). Kept out of the
+    served document, which describes the product; response_schema() still checks their answers."""
+    clock_answer = obj({"node": STR, "offsetMs": INT, "wallMs": INT}, ("node", "offsetMs", "wallMs"))
+    admin_only = (UNAUTHORIZED, ("403", "not an admin token"))
+    return {
+        harness_hooks.CLOCK_PATH: {
+            "post": operation("TEST HOOK: move this node's clock by offsetMs (QUEEN_TEST_HOOKS=1 only)", clock_answer,
+                              errors=(*admin_only, BAD),
+                              body=obj({"offsetMs": {"type": "integer", "minimum": -harness_hooks.MAX_TEST_CLOCK_OFFSET_MS,
+                                                     "maximum": harness_hooks.MAX_TEST_CLOCK_OFFSET_MS}}, ("offsetMs",)),
+                              tag="test-hooks"),
+            "get": operation("TEST HOOK: this node's clock offset (QUEEN_TEST_HOOKS=1 only)", clock_answer,
+                             errors=admin_only, tag="test-hooks"),
+        },
+    }
+
+
+TEST_HOOK_PATHS = _test_hook_paths()
+
+
 @lru_cache(maxsize=1)
 def _document() -> dict:
     paths = _paths()
@@ -369,8 +401,8 @@ def document() -> dict:
 def response_schema(path: str, method: str, status: int) -> dict | None:
     """The JSON schema of one answer, with the components resolvable (for jsonschema), or None
     when the document names no JSON body for it."""
-    spec = _document()
-    responses = spec["paths"][path][method.lower()]["responses"]
+    paths = {**_document()["paths"], **TEST_HOOK_PATHS}
+    responses = paths[path][method.lower()]["responses"]
     answer = responses.get(str(status))
     if answer is None:
         raise KeyError(f"{method} {path} documents no {status}")

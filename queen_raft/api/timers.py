@@ -11,7 +11,7 @@ from aiohttp import web
 from queen_raft.api.auth import Access, Principal, require
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64
 from queen_raft.api.encryption import encryption_unavailable
-from queen_raft.api.errors import ApiError, retry_after_header
+from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_message_id
 from queen_raft.api.requests import is_int, json_body, json_response, query_int
@@ -213,7 +213,7 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
     # races it by one apply is no worse than one that arrived a moment earlier.
     if group.peek_local(lambda state: state.scheduling_paused):
         raise ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
-                       {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint})
+                       {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}, fields={"reason": PAUSED})
     wait_s = serving.timer_rate.take(tenant)
     if wait_s > 0:
         raise ApiError(429, "rate_limited", f"over the tenant's timer call rate of {settings.timers_rate}/s on this node",

@@ -10,7 +10,8 @@ The answers (docs/api.md):
 - A refusal before anything is proposed keeps the wire's error shape and adds the transaction's
   fields: 400 `{"error": "bad_request", "message", "success": false, "reason": "bad_request",
   "index"?}` for a bad body, 413 with reason `too_large` when the entry would pass the Raft entry
-  bound, 503 `timers_disabled` when it schedules a timer while an operator paused scheduling.
+  bound, 503 `timers_disabled` with reason `paused` when it schedules a timer while an operator paused
+  scheduling (every 503's reason is one of errors.UNAVAILABLE_REASONS).
 
 The standalone timer route's horizon, payload ceiling and op cap do not apply to `timers` here
 (seeds/timers-raft.md); the entry size bound does. The pause does: it is the operator's switch for
@@ -26,7 +27,7 @@ from aiohttp import web
 from queen_raft.api import kv as kv_routes
 from queen_raft.api import messages, timers
 from queen_raft.api.auth import Access, Principal, require
-from queen_raft.api.errors import ApiError, retry_after_header
+from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose
 from queen_raft.api.ids import new_message_id
 from queen_raft.api.requests import json_body, json_response
@@ -44,9 +45,10 @@ ACK_OPERATION_FIELDS = frozenset({"type", "consumerGroup", "leaseId"})
 MAX_TRANSACTION_ITEMS = 4096
 
 
-def refused(status: int, reason: str, message: str, index: int | None = None,
-            headers: dict[str, str] | None = None) -> ApiError:
-    return ApiError(status, reason, message, headers, fields={"success": False, "reason": reason, "index": index})
+def refused(status: int, code: str, message: str, index: int | None = None,
+            headers: dict[str, str] | None = None, reason: str | None = None) -> ApiError:
+    """`reason` is the error code again, except on a 503, whose reason is one of every 503's."""
+    return ApiError(status, code, message, headers, fields={"success": False, "reason": reason or code, "index": index})
 
 
 def _list_field(body: dict, name: str) -> list:
@@ -161,7 +163,7 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
     if schedules and group.peek_local(lambda state: state.scheduling_paused):
         serving.metrics.schedule_rejected.labels(reason="timers_disabled").inc()
         raise refused(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
-                      headers=retry_after_header(timers.TIMERS_DISABLED_RETRY_AFTER_S))
+                      headers=retry_after_header(timers.TIMERS_DISABLED_RETRY_AFTER_S), reason=PAUSED)
     operations, timer_ops = encrypt_items(serving, tenant, operations, timer_ops)
     timer_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in timer_ops]
     command = {
