@@ -134,7 +134,9 @@ class LinkNetwork:
         self.host = host
         self._cuts: set[Link] = set()
         self._lock = threading.Lock()
-        self._proxies: dict[Link, LinkProxy] = {}
+        # One proxy per (dialer, target, target port): a link carries one proxy per tenant group,
+        # and a cut of the link (dialer, target) silences all of them.
+        self._proxies: dict[tuple[str, str, int], LinkProxy] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="link-proxies", daemon=True)
         self._thread.start()
@@ -147,7 +149,7 @@ class LinkNetwork:
         """Starts the proxy dialer -> target; returns the port the dialer must dial instead."""
         proxy = LinkProxy(self, dialer, target, self.host, target_port)
         self._call(proxy.start(self.host, listen_port))
-        self._proxies[(dialer, target)] = proxy
+        self._proxies[(dialer, target, target_port)] = proxy
         return proxy.listen_port
 
     def is_cut(self, source: str, destination: str) -> bool:
