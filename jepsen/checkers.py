@@ -22,7 +22,10 @@ MAX_COUNTEREXAMPLES = 20
 # A fire counts as "during a fault" when its lag interval overlaps a fault window or ends within
 # this long after one: an election (0.2-0.6 s), a redial (0.5 s) and a catch-up.
 FAULT_RECOVERY_GRACE_MS = 2000
+# Faults that move node clocks: a restart with an offset, and a runtime jump through the test route.
 CLOCK_SKEW_FAULT = "clock-skew"
+CLOCK_JUMP_FAULT = "clock-jump"
+CLOCK_FAULTS = (CLOCK_SKEW_FAULT, CLOCK_JUMP_FAULT)
 
 
 def _result(op: Operation) -> dict:
@@ -264,14 +267,14 @@ def _check_unexpected(facts: _TimerFacts) -> dict:
 
 
 def skew_influence(windows: list[FaultWindow]) -> list[tuple[int, int, int, int]]:
-    """(from wall ms, to wall ms, largest forward offset, largest |offset|) per clock-skew window.
+    """(from wall ms, to wall ms, largest forward offset, largest |offset|) per clock fault window.
 
     A node ahead by s ms stamps entries s ms ahead, and the group clock keeps the maximum stamp, so
     the group runs ahead until the real clock catches up: up to s ms past the window's end.
     """
     spans = []
     for window in windows:
-        if window.fault != CLOCK_SKEW_FAULT:
+        if window.fault not in CLOCK_FAULTS:
             continue
         offsets = [int(v) for v in (window.detail.get("offsets") or {}).values()]
         forward = max([0] + offsets)

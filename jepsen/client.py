@@ -3,10 +3,11 @@
 - 2xx: `ok`, the body is the answer.
 - 4xx: `fail`, the node refused the call before proposing anything (SPEC.md's gates).
 - 503 `timers_disabled`: `fail` (the operator's pause gate, checked before any proposal).
-- 503 whose reason is one the Raft layer raises before anything is proposed or forwarded
-  (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/group.py and pysyncobj's
-  MISSING_LEADER path, which neither logs nor sends the command): `fail`. The reason is read from
-  the message text until the API gives it a field of its own; text we do not recognise stays `info`.
+- 503 whose `reason` field says it was refused before anything was proposed or forwarded
+  (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/group.py and pysyncobj's MISSING_LEADER
+  path, which neither logs nor sends the command; `paused`, `no_encryption_key`: the API's own
+  gates): `fail`. A body without the field (a node that predates it) falls back to the reason
+  inside the message text; anything unrecognised stays `info`.
 - a TCP connect that was refused (aiohttp's ClientConnectorError): `fail`, as in Jepsen: no byte of
   the request left the harness.
 - any other 5xx, a timeout, a connection dropped after connecting: `info`. A 503 for a commit
@@ -29,9 +30,9 @@ from jepsen.history import FAIL, INFO, OK
 REQUEST_TIMEOUT_S = 8.0
 # 5xx error codes that are refusals made before any proposal: certainly not applied.
 DEFINITE_5XX_ERRORS = {"timers_disabled"}
-# GroupUnavailable reasons raised before the command is proposed or forwarded (certainly not
-# applied). leader_changed and timeout are left out: their entry may still commit.
-NOT_PROPOSED_REASONS = ("no_leader", "busy", "queue_full")
+# 503 reasons (queen_raft/api/errors.py) given before the command is proposed or forwarded
+# (certainly not applied). leader_changed and timeout are left out: their entry may still commit.
+NOT_PROPOSED_REASONS = ("no_leader", "busy", "queue_full", "paused", "no_encryption_key")
 UNAVAILABLE_REASON_MARK = "cannot answer now ("
 
 
@@ -59,7 +60,7 @@ def classify(status: int, body: Any) -> str:
 
 
 def unavailable_reason(body: Any) -> str | None:
-    """The Raft layer's reason in a 503 body's message ("... cannot answer now (no_leader) ...")."""
+    """A 503 body's `reason`; without one, the reason in its message ("... cannot answer now (no_leader) ...")."""
     if not isinstance(body, dict):
         return None
     reason = body.get("reason")

@@ -19,11 +19,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jepsen.dialled_node import DIAL_MAP_ENV
 from jepsen.network import LinkNetwork
 
 HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TENANT = "jepsen"
 TOKEN_READ_WRITE = "jepsen-rw"
 TOKEN_ADMIN = "jepsen-admin"
@@ -38,7 +36,12 @@ HEALTH_POLL_S = 0.1
 # One /health request; a paused node never answers, so keep it short.
 HEALTH_REQUEST_TIMEOUT_S = 1.0
 # Settings every node of a test cluster runs with (SPEC.md section 6 names; QUEEN_* overrides).
+# The test hooks allow a clock offset at start and the runtime clock route.
 TEST_ENVIRONMENT = {"QUEEN_TEST_HOOKS": "1"}
+# The node's test-hooks route that moves its clock at runtime (queen_raft/api/harness_hooks.py).
+CLOCK_ROUTE = "/api/v1/test/clock"
+# One clock request; the node answers at once unless it is paused or gone.
+CLOCK_REQUEST_TIMEOUT_S = 2.0
 
 
 def free_ports(count: int) -> list[int]:
@@ -76,18 +79,8 @@ def free_port_block(size: int, attempts: int = 50) -> int:
     raise RuntimeError(f"no block of {size} free ports found in {attempts} attempts")
 
 
-def _refused_dial_key(log_path: Path) -> bool:
-    try:
-        tail = log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
-    except OSError:
-        return False
-    return "dial" in tail and "unknown key" in tail
-
-
-def node_command(links_via: str = "config") -> list[str]:
+def node_command() -> list[str]:
     """The node's CLI, run by this interpreter so the venv that runs the harness runs the nodes."""
-    if links_via == "launcher":
-        return [sys.executable, "-m", "jepsen.dialled_node"]
     return [sys.executable, "-m", "queen_raft"]
 
 
@@ -101,7 +94,8 @@ class NodeProcess:
     log_path: Path
     process: subprocess.Popen | None = None
     paused: bool = False
-    clock_offset_ms: int = 0
+    clock_offset_ms: int = 0  # given at start (QUEEN_TEST_CLOCK_OFFSET_MS); a restart sets it anew
+    runtime_clock_offset_ms: int | None = None  # set through the clock route; a restart drops it
     starts: int = 0
 
     @property
@@ -148,7 +142,8 @@ class Cluster:
                 raft_port=free_port_block(1),
                 log_path=self.log_dir / f"{node_id}.log",
             )
-        # dial_maps[a][peer raft address] = the proxy address a dials instead.
+        # dial_maps[a][peer base raft address] = the proxy address a dials instead, written to the
+        # config as a's [nodes.dial] (one tenant here; a key covers every tenant at its offset).
         self.dial_maps: dict[str, dict[str, str]] = {node_id: {} for node_id in self.nodes}
         for dialer in self.nodes.values():
             for target in self.nodes.values():
@@ -156,11 +151,6 @@ class Cluster:
                     continue
                 proxy_port = self.network.add_link(dialer.id, target.id, target.raft_port)
                 self.dial_maps[dialer.id][target.raft_address] = f"{HOST}:{proxy_port}"
-        # How each node learns its dial map: "config" (a `[nodes.dial]` table in the TOML) or, when
-        # the node's config parser refuses that key, "launcher" (jepsen/dialled_node.py passes the
-        # map to each group). The report names the way used.
-        self.links_via = "config"
-        self.links_in_config = True
         self.config_path.write_text(self.render_config(), encoding="utf-8")
 
     @property
@@ -184,10 +174,9 @@ class Cluster:
                 f"http_port = {node.http_port}",
                 f"raft_port = {node.raft_port}",
             ]
-            if self.links_in_config:
-                lines += ["# peer Raft address -> the per-link proxy this node dials instead", "[nodes.dial]"]
-                for peer_address, proxy_address in sorted(self.dial_maps[node.id].items()):
-                    lines.append(f'"{peer_address}" = "{proxy_address}"')
+            lines += ["# peer Raft address -> the per-link proxy this node dials instead", "[nodes.dial]"]
+            for peer_address, proxy_address in sorted(self.dial_maps[node.id].items()):
+                lines.append(f'"{peer_address}" = "{proxy_address}"')
             lines.append("")
         lines += [
             "[[tenants]]",
@@ -217,10 +206,6 @@ class Cluster:
         environment.pop("QUEEN_TEST_CLOCK_OFFSET_MS", None)
         if clock_offset_ms:
             environment["QUEEN_TEST_CLOCK_OFFSET_MS"] = str(clock_offset_ms)
-        if self.links_via == "launcher":
-            environment[DIAL_MAP_ENV] = json.dumps(self.dial_maps[node_id])
-            environment["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(REPO_ROOT), environment.get("PYTHONPATH", "")) if p)
         node.starts += 1
         with node.log_path.open("a", encoding="utf-8") as log:
             log.write(
@@ -230,7 +215,7 @@ class Cluster:
         log_handle = node.log_path.open("ab")
         try:
             node.process = subprocess.Popen(
-                node_command(self.links_via) + ["node", "--config", str(self.config_path), "--id", node_id],
+                node_command() + ["node", "--config", str(self.config_path), "--id", node_id],
                 stdout=log_handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -244,6 +229,7 @@ class Cluster:
             log_handle.close()
         node.paused = False
         node.clock_offset_ms = clock_offset_ms
+        node.runtime_clock_offset_ms = None
         return node
 
     def start_all(self) -> None:
@@ -252,23 +238,11 @@ class Cluster:
                 self.start(node_id)
 
     def boot(self, timeout_s: float) -> bool:
-        """First start of the cluster. When the nodes refuse the dial-map key of the config, start
-        them again without it, through the launcher that hands each group its dial map.
-        """
+        """First start of the cluster: True once every node reports a leader; False if one exits."""
         self.start_all()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            dead = [n for n in self.nodes.values() if not n.alive()]
-            refused = [n for n in dead if _refused_dial_key(n.log_path)]
-            if refused and self.links_in_config:
-                for node in self.nodes.values():
-                    self.kill(node.id)
-                self.links_in_config = False
-                self.links_via = "launcher"
-                self.config_path.write_text(self.render_config(), encoding="utf-8")
-                self.start_all()
-                continue
-            if dead:
+            if any(not n.alive() for n in self.nodes.values()):
                 return False
             if self.wait_healthy(HEALTH_POLL_S * 5):
                 return True
@@ -324,6 +298,25 @@ class Cluster:
         else:
             self.stop(node_id)
         return self.start(node_id, clock_offset_ms)
+
+    def set_clock(self, node_id: str, offset_ms: int) -> dict:
+        """Moves a running node's clock through its test-hooks route (no restart). The node's
+        answer, or {"error": ...} when it did not take the offset."""
+        node = self.nodes[node_id]
+        if not node.alive() or node.paused:
+            return {"error": "not running"}
+        request = urllib.request.Request(
+            node.base_url + CLOCK_ROUTE, data=json.dumps({"offsetMs": int(offset_ms)}).encode(), method="POST",
+            headers={"Authorization": f"Bearer {TOKEN_ADMIN}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=CLOCK_REQUEST_TIMEOUT_S) as response:
+                answer = json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            return {"error": f"HTTP {error.code}", "body": error.read()[:200].decode("utf-8", "replace")}
+        except (OSError, ValueError) as error:
+            return {"error": f"{type(error).__name__}: {error}"}
+        node.runtime_clock_offset_ms = int(answer.get("offsetMs", offset_ms))
+        return answer
 
     def close(self) -> None:
         """Ends every node this cluster started (by PID) and the proxies."""

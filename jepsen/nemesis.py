@@ -25,7 +25,8 @@ KILL_FAULTS = ("kill-one", "kill-leader", "kill-all", "kill-follower-then-leader
 PAUSE_FAULTS = ("pause-leader",)
 PARTITION_FAULTS = ("partition-one", "partition-leader", "partition-ring", "partition-bridge",
                     "partition-leader-outbound")
-CLOCK_FAULTS = ("clock-skew",)
+# clock-skew restarts nodes with an offset; clock-jump moves running nodes' clocks (the test route).
+CLOCK_FAULTS = ("clock-skew", "clock-jump")
 NEMESES: dict[str, tuple[str, ...]] = {
     "none": (),
     "kill": KILL_FAULTS,
@@ -52,6 +53,7 @@ FAULT_DURATION_S = {
     "partition-bridge": (3.0, 8.0),
     "partition-leader-outbound": (3.0, 8.0),
     "clock-skew": (5.0, 10.0),
+    "clock-jump": (5.0, 10.0),
 }
 # Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
 # that had a chance to recover, and the lateness checker has quiet periods to compare with.
@@ -109,13 +111,8 @@ class Nemesis:
         self._killed: set[str] = set()
         self._killed_order: list[str] = []
         self._skewed: set[str] = set()
+        self._jumped: set[str] = set()
         self._paused: set[str] = set()
-
-    # -- what the checkers and the final phase need to know ---------------------------------------
-
-    @property
-    def partitions_available(self) -> bool:
-        return self.cluster.links_via in ("config", "launcher")
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -142,11 +139,6 @@ class Nemesis:
         return detail
 
     async def _start(self, fault: PlannedFault) -> bool:
-        if fault.fault.startswith("partition") and not self.partitions_available:
-            self.history.complete(self.history.invoke(NEMESIS_PROCESS, fault.fault,
-                                                      {"fault": fault.fault, "phase": "skipped"}),
-                                  "info", answer={"skipped": "the node config has no dial map; links cannot be cut"})
-            return False
         detail = await self.record(fault.fault, "start", lambda: self._start_sync(fault))
         self.injected.append({"fault": fault.fault, "at_s": fault.at_s, "duration_s": fault.duration_s,
                               "detail": detail})
@@ -222,17 +214,29 @@ class Nemesis:
             self.cluster.network.cut(links)
             return {"grudge": {k: sorted(v) for k, v in grudge.items()}, "leader": leader,
                     "cut": sorted(map(list, links))}
-        if kind == "clock-skew":
+        if kind in ("clock-skew", "clock-jump"):
             leader = self.cluster.leader()
-            offsets = {}
+            wanted = {}
             for position, node in enumerate(ids):
                 if node == leader or draws["skew_others"][position] or leader is None and position == draws["node"]:
-                    offsets[node] = int(draws["skews"][position])
-            for node, offset in offsets.items():
-                self._restart(node, offset)
-                self._skewed.add(node)
+                    wanted[node] = int(draws["skews"][position])
+            offsets, refused = {}, {}
+            for node, offset in wanted.items():
+                if kind == "clock-skew":
+                    self._restart(node, offset)
+                    self._skewed.add(node)
+                else:
+                    answer = self.cluster.set_clock(node, offset)
+                    if "error" in answer:
+                        refused[node] = answer
+                        continue
+                    self._jumped.add(node)
+                offsets[node] = offset
                 self.max_forward_skew_ms = max(self.max_forward_skew_ms, offset)
-            return {"leader": leader, "offsets": offsets}
+            detail = {"leader": leader, "offsets": offsets}
+            if refused:
+                detail["refused"] = refused
+            return detail
         raise ValueError(f"unknown fault {kind!r}")
 
     def _restart(self, node: str, offset: int) -> None:
@@ -273,6 +277,10 @@ class Nemesis:
                 self._restart(node, 0)
             self._skewed.clear()
             return {"reset": reset}
+        if kind == "clock-jump":
+            answers = {node: self.cluster.set_clock(node, 0) for node in sorted(self._jumped)}
+            self._jumped.clear()
+            return {"reset": sorted(answers), "refused": {n: a for n, a in answers.items() if "error" in a}}
         raise ValueError(f"unknown fault {kind!r}")
 
     def heal_all_sync(self) -> dict:
@@ -281,7 +289,10 @@ class Nemesis:
         for node in resumed:
             self.cluster.resume(node)
         closed = self.cluster.network.heal()
-        unskewed = [node for node in self.cluster.node_ids if self.cluster.nodes[node].clock_offset_ms]
+        # A runtime offset is set back through the route; a node that does not take it is restarted.
+        unjumped = [node for node in self.cluster.node_ids if self.cluster.nodes[node].runtime_clock_offset_ms]
+        kept_jump = [node for node in unjumped if "error" in self.cluster.set_clock(node, 0)]
+        unskewed = [node for node in self.cluster.node_ids if self.cluster.nodes[node].clock_offset_ms or node in kept_jump]
         for node in unskewed:
             self.cluster.kill(node)
         started = [node for node in self.cluster.node_ids if not self.cluster.nodes[node].alive()]
@@ -290,7 +301,9 @@ class Nemesis:
         self._killed.clear()
         self._paused.clear()
         self._skewed.clear()
-        return {"resumed": resumed, "tainted_connections_closed": closed, "unskewed": unskewed, "started": started}
+        self._jumped.clear()
+        return {"resumed": resumed, "tainted_connections_closed": closed, "unjumped": unjumped, "unskewed": unskewed,
+                "started": started}
 
     async def heal_all(self) -> dict:
         """Recorded as a fault window of its own: restarts and reconnections take time to settle."""

@@ -95,8 +95,6 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
             await asyncio.sleep(remaining)
         stop.set()
         await nemesis_task
-        if not nemesis.partitions_available and any(f.fault.startswith("partition") for f in plan.faults):
-            notes.append("partition faults were skipped: the node config refused the per-node dial map")
         final = await final_phase(workload, client, cluster, nemesis, history, notes)
         for consumer in consumers:
             consumer.stopped.set()
@@ -123,9 +121,6 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
         if not cluster.boot(BOOT_TIMEOUT_S):
             notes.append(f"the cluster did not become healthy within {BOOT_TIMEOUT_S:.0f} s of boot; see nodes/*.log")
         else:
-            if cluster.links_via == "launcher":
-                notes.append("the node config has no dial-map key yet: nodes were started through "
-                             "jepsen/dialled_node.py, which hands each Raft group its dial map")
             workload, final = asyncio.run(_drive(options, plan, cluster, history, notes))
             notes += final.notes
             (run_dir / "final.json").write_text(json.dumps({"logs": final.logs, "notes": final.notes,
