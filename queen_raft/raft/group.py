@@ -21,10 +21,11 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObjConf
 
 from queen_raft import clock
 from queen_raft.raft.connection import install_connection_recipe
+from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import (
@@ -235,7 +236,9 @@ class TenantGroup:
         transport_class = functools.partial(
             GroupTransport, dial_map=self.dial_map, group_commit=settings.fsync == "group"
         )
-        self._syncobj = SyncObj(
+        # A follower appends only what its log lacks and never deletes a committed entry
+        # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.
+        self._syncobj = LogMatchingSyncObj(
             self_addr, self.peer_addrs, conf=conf, consumers=[self._consumer], transportClass=transport_class
         )
         self._transport: GroupTransport = self._syncobj._SyncObj__transport
@@ -263,6 +266,7 @@ class TenantGroup:
             "term": so.raftCurrentTerm,
             "commitIndex": so.raftCommitIndex,
             "appliedIndex": so.raftLastApplied,
+            "appendEntries": so.append_counters(),
         }
 
     def _on_state_changed(self, old: int, new: int) -> None:

@@ -7,6 +7,7 @@ changing the test.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import pickle
@@ -28,6 +29,7 @@ from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft import connection as connection_module
 from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
+from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, create_journal, install_journal_factory
 from queen_raft.raft.transport import GroupTransport
 
@@ -217,6 +219,91 @@ def test_syncobj_snapshot_path_we_rely_on():
     assert params(SyncObjConsumer._serialize) == ["self"]
     assert params(SyncObjConsumer._deserialize) == ["self", "data"]
     assert "callback(oldState, newState)" in source(SyncObj._SyncObj__setState)
+
+
+# -- SyncObj: the follower's append_entries (follower_append.py) ----------------------------------------
+
+# sha256 of inspect.getsource() of each SyncObj method LogMatchingSyncObj wraps or calls, in 0.3.17.
+# The override hands the stock handler rewritten messages and relies on what it then does (below);
+# any change to these bodies means re-reading follower_append.py against the new code.
+FOLLOWER_APPEND_SOURCE_SHA256 = {
+    "_SyncObj__onMessageReceived": "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
+    "_SyncObj__getEntries": "e29c4b33293b21018d1124c7e5835748c4c8092f7ce4af9e86f24633ccec7e0e",
+    "_SyncObj__sendNextNodeIdx": "68aaeefc267b8896bc1074280ac2aa014c3306d9f207949ed945569cef5d114c",
+    "_SyncObj__deleteEntriesFrom": "3b23c411bb903d365575a2783d536e04c23bcf11cb7ddffa763915b4efd3831b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOLLOWER_APPEND_SOURCE_SHA256))
+def test_syncobj_code_the_follower_append_override_replaces_is_unchanged(name):
+    digest = hashlib.sha256(source(getattr(SyncObj, name)).encode()).hexdigest()
+    assert digest == FOLLOWER_APPEND_SOURCE_SHA256[name], f"SyncObj.{name} changed: re-read follower_append.py"
+
+
+def test_syncobj_append_entries_lines_the_override_relies_on():
+    """The same dependency as the hashes, spelled out, so a failure says which assumption broke."""
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    in_order = [
+        # Only current-or-newer terms reach the branch; the wrapper checks the same condition.
+        "if message['type'] == 'append_entries' and message['term'] >= self.__raftCurrentTerm:",
+        # A bare heartbeat (our case 4/5) still sets leader, term and follower state first.
+        "self.__raftLeader = node",
+        "self.__setState(_RAFT_STATE.FOLLOWER)",
+        # The commit index we cap comes from this key and is kept as the leader's.
+        "self.__leaderCommitIndex = leaderCommitIndex = message['commit_index']",
+        "if 'prevLogIdx' in message:",
+        # The chunked path, which the wrapper passes through unchanged.
+        "transmission = message.get('transmission', None)",
+        "prevEntries = self.__getEntries(prevLogIdx)",
+        "if not prevEntries:",
+        "if prevEntries[0][2] != prevLogTerm:",
+        # The deletion the wrapper avoids: every entry after prevLogIdx, whenever the log has any.
+        "if len(prevEntries) > 1:",
+        "self.__deleteEntriesFrom(prevLogIdx + 1)",
+        "for entry in newEntries:",
+        "self.__raftLog.add(*entry)",
+        # The acknowledgement: last entry + 1, or prevLogIdx + 1 without entries.
+        "nextNodeIdx = prevLogIdx + 1",
+        "nextNodeIdx = newEntries[-1][1] + 1",
+        "self.__sendNextNodeIdx(node, nextNodeIdx=nextNodeIdx, success=True)",
+        # Neither prevLogIdx nor serialized: no log change, no answer (the bare heartbeat).
+        "elif serialized is not None:",
+        # The commit rule that is Raft's only while the log ends at the message's last entry.
+        "self.__raftCommitIndex = min(leaderCommitIndex, self.__getCurrentLogIndex())",
+        "self.__raftLog.setRaftCommitIndex(self.__raftCommitIndex)",
+    ]
+    position = 0
+    for line in in_order:  # each found after the one before it
+        assert line in handler[position:], line
+        position = handler.index(line, position) + len(line)
+    assert params(SyncObj._SyncObj__getEntries) == ["self", "fromIDx", "count", "maxSizeBytes"]
+    assert params(SyncObj._SyncObj__sendNextNodeIdx) == ["self", "node", "reset", "nextNodeIdx", "success"]
+    # The handler is registered through attribute lookup on self, so the subclass's runs.
+    assert "self.__transport.setOnMessageReceivedCallback(self.__onMessageReceived)" in source(SyncObj.__init__)
+    # Attributes present when __init__ ends are left out of SyncObj's own snapshot data: our
+    # counters, set before super().__init__(), never enter a snapshot.
+    assert "self.__properies.add(key)" in source(SyncObj.__init__)
+    assert "if k not in self.__properies" in source(SyncObj._SyncObj__tryLogCompaction)
+    init = source(SyncObj.__init__)
+    for name in ("__raftCurrentTerm", "__raftCommitIndex", "__raftLastApplied", "__leaderCommitIndex"):
+        assert f"self.{name} =" in init, name
+
+
+def test_the_chunked_append_path_the_override_passes_through_is_never_taken():
+    from queen_raft.raft.settings import APPEND_ENTRIES_BATCH_SIZE_BYTES, MAX_ENTRY_BYTES
+
+    assert "if len(entries) == 1 and len(entries[0][0]) >= batchSizeBytes:" in source(SyncObj._SyncObj__sendAppendEntries)
+    assert APPEND_ENTRIES_BATCH_SIZE_BYTES > MAX_ENTRY_BYTES
+
+
+def test_follower_append_override_is_a_real_override_used_by_the_group():
+    from queen_raft.raft import group
+
+    override = LogMatchingSyncObj._SyncObj__onMessageReceived
+    assert override is not SyncObj._SyncObj__onMessageReceived
+    assert params(override) == params(SyncObj._SyncObj__onMessageReceived) == ["self", "node", "message"]
+    assert "LogMatchingSyncObj(" in source(group.TenantGroup.__init__)
+    assert "SyncObj(" not in source(group.TenantGroup.__init__).replace("LogMatchingSyncObj(", "")
 
 
 # -- FileJournal ---------------------------------------------------------------------------------------

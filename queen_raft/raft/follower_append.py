@@ -1,0 +1,169 @@
+"""The follower's AppendEntries as Raft states it: skip what the log already holds, truncate only at
+the first conflict, and never below what is committed.
+
+Stock pysyncobj 0.3.17 (`SyncObj.__onMessageReceived`, 'append_entries' carrying 'prevLogIdx'):
+once prevLogIdx/prevLogTerm match, it deletes every entry after prevLogIdx whenever the log holds
+any, then re-adds every entry of the message. A leader that sends overlapping ranges (its nextIndex
+goes back when an older acknowledgement arrives after it advanced, appendEntriesUseBatch=False) so
+made followers delete and re-add entries they had already applied, logging CRITICAL "truncating
+already-applied log entries" ~100 times a minute under load, and rewriting the journal's tail
+each time. A heartbeat (no entries) whose prevLogIdx is behind the log's end deleted the tail too.
+
+Raft (Figure 2, AppendEntries rule 3) deletes only from the first entry whose term conflicts with
+the leader's, and a committed entry never conflicts. LogMatchingSyncObj runs one step before the
+stock handler, for an append_entries of the current or a newer term that carries prevLogIdx:
+
+1. prevLogIdx missing or of another term: unchanged (stock answers with a reset, touches nothing).
+2. It counts the leading entries of the message the log already holds (same index and term). By
+   Raft's Log Matching property those and everything before them equal the leader's log, so the
+   log is verified through prevLogIdx + that count ("verified_through").
+3. Something new to add (the log ends inside the message, or the first unmatched entry
+   conflicts above the commit index): it hands the stock handler the same message without the
+   held entries, prevLogIdx/prevLogTerm moved to verified_through. The stock code then either
+   appends at the end of the log (no deletion), or deletes from the first conflicting entry
+   (Raft's rule 3) and appends. Its acknowledgement (last entry of the message + 1) and commit
+   index (min(leader commit, new last index)) are the ones the original message would have had.
+4. Everything in the message held, and the log goes further: the entries after it stay (they may
+   be the leader's later entries, already received). The stock handler gets the message as a bare
+   heartbeat (no prevLogIdx: leader, term, election deadline, commit) with the leader's commit
+   index capped at verified_through, so no entry after it is committed on this message's word
+   (Raft: min(leaderCommit, index of last new entry)); the acknowledgement is verified_through + 1,
+   exactly what stock would have sent after its truncation.
+5. The first unmatched entry conflicts at or below the commit (or applied) index: the leader's log
+   differs from an entry this node committed. That is a broken Raft invariant, not something to
+   repair by deleting: CRITICAL, the log is left as it is, the message counts only as a heartbeat
+   (commit capped as in 4, which moves nothing), and the answer is a plain failure (no reset, no
+   success), so the leader keeps this node as a lagging follower and the rest of the group goes on.
+
+Messages of the chunked path ('transmission') pass unchanged: our leaders never send them, since
+APPEND_ENTRIES_BATCH_SIZE_BYTES is above MAX_ENTRY_BYTES (settings.py) and larger entries are refused.
+
+Group commit (fsync="group", transport.GroupTransport) is unaffected. Every acknowledgement still
+leaves through SyncObj.__sendNextNodeIdx -> transport.send, which holds a `next_node_idx` while the
+journal is dirty and releases it, in order per link, after the tick's flush. An acknowledgement now
+covers two kinds of entries:
+- entries this message added: GroupCommitJournal.add marked the journal dirty, so the ack waits for
+  the flush that covers them, as before;
+- entries skipped because already held: an earlier message added them. Either a flush has run
+  since, and they are on disk; or none has, and then the journal is still dirty from their add
+  (`dirty` is one flag for the whole file, cleared only by flush_if_dirty after msync of the whole
+  mapping, or by a compaction whose rewritten file was flushed before its rename), so this ack is
+  held behind the same flush. An ack sent while the journal is clean therefore never covers an
+  unflushed entry.
+Skipping also removes stock's exposure: it no longer deletes and rewrites records this node has
+already acknowledged as durable, and overlapping sends no longer dirty the journal (fewer flushes).
+
+SyncObj's own attributes that exist when its __init__ ends are excluded from its snapshots; the
+counters below are set before super().__init__() for that reason (and because the tick thread may
+deliver messages before __init__ returns).
+
+Overrides SyncObj._SyncObj__onMessageReceived (wrapping it) and reads __getEntries, __sendNextNodeIdx,
+__raftCurrentTerm, __raftCommitIndex, __raftLastApplied and __leaderCommitIndex of pysyncobj
+0.3.17; tests/unit/test_raft_recipe.py pins the handler's source and fails if any of it changes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pysyncobj import SyncObj
+
+log = logging.getLogger(__name__)
+
+
+def count_held_prefix(held_after_prev: list, sent: list) -> int:
+    """How many leading entries of `sent` the log already holds with the same index and term.
+
+    `held_after_prev` is the log from prevLogIdx + 1 on (at least len(sent) entries of it when the
+    log has them), `sent` the message's entries; both are (command, index, term).
+    """
+    count = 0
+    for held, new in zip(held_after_prev, sent):
+        if held[1] != new[1] or held[2] != new[2]:
+            break
+        count += 1
+    return count
+
+
+class LogMatchingSyncObj(SyncObj):
+    """SyncObj whose follower appends only what its log lacks (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        # Before super().__init__(): see the module docstring.
+        self.held_entries_skipped = 0  # received entries the log already held (same index, term)
+        self.overlaps_kept = 0  # appends overlapping the log's tail that deleted nothing (stock deleted)
+        self.conflicts_truncated = 0  # appends that deleted a conflicting suffix (Raft's rule 3)
+        self.conflicting_appends_refused = 0  # appends that would have deleted a committed entry
+        super().__init__(*args, **kwargs)
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        if (
+            message["type"] == "append_entries"
+            and "prevLogIdx" in message
+            and "transmission" not in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+        ):
+            message = self._without_held_entries(node, message)
+            if message is None:
+                return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _without_held_entries(self, node, message: dict) -> dict | None:
+        """The message for the stock handler, or None when this step answered it already."""
+        prev_idx = message["prevLogIdx"]
+        sent = message.get("entries", [])
+        # prevLogIdx, the entries the message covers, and one more: enough to see whether the log
+        # goes past the message, without copying the whole tail.
+        held = self._SyncObj__getEntries(prev_idx, len(sent) + 2)
+        if not held or held[0][2] != message["prevLogTerm"]:
+            return message  # (1) stock answers with a reset and touches no entry
+        held_after_prev = held[1:]
+        matched = count_held_prefix(held_after_prev, sent)
+        verified_through = prev_idx + matched
+        self.held_entries_skipped += matched
+
+        if matched < len(sent) and matched < len(held_after_prev):  # sent[matched] conflicts
+            first_conflict = verified_through + 1
+            protected = max(self._SyncObj__raftCommitIndex, self._SyncObj__raftLastApplied)
+            if first_conflict <= protected:  # (5)
+                self.conflicting_appends_refused += 1
+                log.critical(
+                    "Raft invariant broken: the leader's entry %d (term %d) conflicts with this node's "
+                    "(term %d) at or below its commit index %d (applied %d); refused the append and "
+                    "kept the log as it is",
+                    first_conflict, sent[matched][2], held_after_prev[matched][2],
+                    self._SyncObj__raftCommitIndex, self._SyncObj__raftLastApplied,
+                )
+                self._accept_as_heartbeat(node, message, verified_through)
+                self._SyncObj__sendNextNodeIdx(node, success=False, reset=False)
+                return None
+            self.conflicts_truncated += 1
+        elif held_after_prev:  # the message overlaps the log's tail without a conflict
+            self.overlaps_kept += 1
+            if matched < len(held_after_prev):  # (4): every sent entry held, the log goes further
+                self._accept_as_heartbeat(node, message, verified_through)
+                self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified_through + 1, success=True)
+                return None
+
+        if matched == 0:
+            return message  # (3) nothing held to skip: stock's handling is already Raft's
+        return dict(message, prevLogIdx=verified_through, prevLogTerm=held[matched][2], entries=sent[matched:])  # (3)
+
+    def append_counters(self) -> dict:
+        return {
+            "heldEntriesSkipped": self.held_entries_skipped,
+            "overlapsKept": self.overlaps_kept,
+            "conflictsTruncated": self.conflicts_truncated,
+            "conflictsRefused": self.conflicting_appends_refused,
+        }
+
+    def _accept_as_heartbeat(self, node, message: dict, verified_through: int) -> None:
+        """Leader, term, election deadline and commit index from the message; no log change."""
+        leader_commit = message["commit_index"]
+        SyncObj._SyncObj__onMessageReceived(self, node, {
+            "type": "append_entries",
+            "term": message["term"],
+            "commit_index": min(leader_commit, verified_through),
+        })
+        # The cap is for this node's commit only; what the leader said stays what it said.
+        self._SyncObj__leaderCommitIndex = leader_commit
