@@ -17,8 +17,8 @@ stock handler, for an append_entries of the current or a newer term that carries
 2. It counts the leading entries of the message the log already holds (same index and term). By
    Raft's Log Matching property those and everything before them equal the leader's log, so the
    log is verified through prevLogIdx + that count ("verified_through").
-3. Something new to add (the log ends inside the message, or the first unmatched entry
-   conflicts above the commit index): it hands the stock handler the same message without the
+3. The log ends inside the message or right at its end, or the first unmatched entry conflicts
+   above the commit index: it hands the stock handler the same message without the
    held entries, prevLogIdx/prevLogTerm moved to verified_through. The stock code then either
    appends at the end of the log (no deletion), or deletes from the first conflicting entry
    (Raft's rule 3) and appends. Its acknowledgement (last entry of the message + 1) and commit
