@@ -26,9 +26,13 @@ def encode_base64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+# Built once: json.dumps with options builds an encoder per call, once per pushed item. Same bytes.
+_PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def json_value_to_bytes(value: Any) -> bytes:
     """A pushed JSON value is stored as its compact UTF-8 JSON encoding."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _PAYLOAD_ENCODER.encode(value).encode("utf-8")
 
 
 def payload_fields(data: bytes) -> dict[str, Any]:
