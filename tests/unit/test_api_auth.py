@@ -10,7 +10,7 @@ from aiohttp.test_utils import make_mocked_request
 from queen_raft.api.auth import ALLOWED_LEVELS, Access, authenticate, authorize
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, json_value_to_bytes, payload_fields
 from queen_raft.api.errors import ApiError
-from queen_raft.api.ids import uuid7
+from queen_raft.api.ids import uuid7, uuid7_batch
 from queen_raft.api.rate_limit import TenantRateLimiter
 from test_api_fake_group import TOKENS, cluster_config
 
@@ -79,6 +79,17 @@ def test_uuid7_layout_and_order():
     assert int(parsed.hex[:12], 16) == 1_700_000_000_000
     assert first < second
     assert len({uuid7(5) for _ in range(1000)}) == 1000
+
+
+def test_uuid7_batch_ids_are_uuid7s_of_one_instant_and_distinct():
+    batch = uuid7_batch(256, 1_700_000_000_123)
+    assert len(set(batch)) == 256
+    for text in batch:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text  # the canonical lower-case 8-4-4-4-12 form
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert int(parsed.hex[:12], 16) == 1_700_000_000_123
+    assert uuid7_batch(0) == []
 
 
 def test_base64_is_strict():
