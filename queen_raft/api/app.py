@@ -42,9 +42,8 @@ async def wire_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = error_response(500, "internal", "the node failed to answer; see its log")
-    request.app[SERVING_KEY].metrics.http_request_seconds.labels(
-        route=_route_label(request), code=str(response.status)
-    ).observe(time.perf_counter() - started)
+    request.app[SERVING_KEY].metrics.observe_http_request(_route_label(request), response.status,
+                                                          time.perf_counter() - started)
     return response
 
 

@@ -334,3 +334,58 @@ def test_fire_lag_histogram_is_fed_from_tick_results():
     text = metrics.exposition().decode()
     assert 'queen_timers_fire_lag_seconds_count{tenant="acme"} 2.0' in text
     assert 'queen_timers_fire_lag_seconds_bucket{le="0.005",tenant="acme"} 1.0' in text
+
+
+def test_fire_lag_histogram_exports_what_a_prometheus_histogram_would():
+    """Ticks observed in bulk export the series prometheus_client's Histogram exports for the same
+    lags one at a time: every bucket on its bound (a lag exactly on one included), the count, the
+    sum, negative lags counted as 0; a tenant's series appears with its first tick."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from queen_raft.api.metrics import FIRE_LAG_BUCKETS_S, ApiMetrics
+
+    reference_registry = CollectorRegistry()
+    reference = Histogram("queen_timers_fire_lag_seconds", "Fire entry's now minus deliverAt, observed on the leader",
+                          ["tenant"], buckets=FIRE_LAG_BUCKETS_S, registry=reference_registry)
+    metrics = ApiMetrics()
+    on_bounds = [int(bound * 1000) for bound in FIRE_LAG_BUCKETS_S if bound * 1000 == int(bound * 1000)]
+    ticks = [[7] * 256, on_bounds, [-4, 0, 1, 2, 3, 16, 99, 61_000, 1_000_000], [], [15, 15, 14, 40, 41]]
+    for lags in ticks:
+        for lag_ms in lags:
+            reference.labels(tenant="acme").observe(max(0, lag_ms) / 1000.0)
+        metrics.observe_tick_result("acme", {"lagsMs": lags})
+
+    def series(text: str) -> dict[str, float]:
+        found = {}
+        for line in text.splitlines():
+            if line.startswith("queen_timers_fire_lag_seconds_") and "_created" not in line:
+                name, value = line.rsplit(" ", 1)
+                found[name] = float(value)
+        return found
+
+    ours, theirs = series(metrics.exposition().decode()), series(generate_latest(reference_registry).decode())
+    assert set(ours) == set(theirs) and len(ours) == len(FIRE_LAG_BUCKETS_S) + 3  # +Inf, count, sum
+    for name, value in theirs.items():
+        assert ours[name] == pytest.approx(value, rel=1e-12), name
+    assert 'queen_timers_fire_lag_seconds_created{tenant="acme"}' in metrics.exposition().decode()
+    assert 'tenant="globex"' not in metrics.exposition().decode()
+
+
+def test_timer_op_counts_are_tallied_per_op_and_status():
+    from queen_raft.api.metrics import ApiMetrics
+
+    metrics = ApiMetrics()
+    ops = [{"op": "schedule"}, {"op": "schedule"}, {"op": "cancel"}, {"op": "reschedule"}]
+    answers = [{"status": "scheduled"}, {"status": "rescheduled"}, {"status": "absent"}, {"status": "rescheduled"}]
+    metrics.count_timer_ops("acme", ops, answers)
+    metrics.count_timer_ops("acme", ops[:1], answers[:1])
+    metrics.count_schedule_rejected("rate_limited")
+    metrics.count_schedule_rejected("rate_limited")
+    metrics.observe_http_request("/api/v1/timers", 200, 0.002)
+    text = metrics.exposition().decode()
+    assert 'queen_timers_ops_total{op="schedule",status="scheduled",tenant="acme"} 2.0' in text
+    assert 'queen_timers_ops_total{op="schedule",status="rescheduled",tenant="acme"} 1.0' in text
+    assert 'queen_timers_ops_total{op="reschedule",status="rescheduled",tenant="acme"} 1.0' in text
+    assert 'queen_timers_ops_total{op="cancel",status="absent",tenant="acme"} 1.0' in text
+    assert 'queen_timers_schedule_rejected_total{reason="rate_limited"} 2.0' in text
+    assert 'queen_http_request_seconds_bucket{code="200",le="0.0025",route="/api/v1/timers"} 1.0' in text
