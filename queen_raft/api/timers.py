@@ -13,7 +13,7 @@ from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base6
 from queen_raft.api.encryption import encryption_unavailable
 from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
-from queen_raft.api.ids import new_message_id
+from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import is_int, json_body, json_response, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.config import Settings
@@ -30,6 +30,11 @@ SERVER_OWNED_FIELDS = frozenset({
 })
 SCHEDULE_REQUIRED = frozenset({"op", "queue", "timerKey", "delayMs", "txn", "payload"})
 SCHEDULE_OPTIONAL = frozenset({"partition", "payloadZstd", "encrypted"})
+SCHEDULE_OPS = ("schedule", "reschedule")
+SCHEDULE_FIELDS = SCHEDULE_REQUIRED | SCHEDULE_OPTIONAL
+# The fast path of parse_timer_op relies on this: a field set inside SCHEDULE_FIELDS holds no
+# server-owned field and no "_" name.
+assert not SCHEDULE_FIELDS & SERVER_OWNED_FIELDS and not any(name.startswith("_") for name in SCHEDULE_FIELDS)
 CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
 CANCEL_OPTIONAL = frozenset({"txn"})
 
@@ -60,21 +65,12 @@ def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
     where = where or f"operations[{index}]"
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
-    owned = sorted(k for k in raw if k in SERVER_OWNED_FIELDS or k.startswith("_"))
-    if owned:
-        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
     op = raw.get("op")
-    if op is None:
-        raise bad_request(f"{where}: op is missing")
-    if op not in OPS:
-        raise bad_request(f"{where}: op {op!r} is not one of {', '.join(OPS)}")
-    required, optional = (CANCEL_REQUIRED, CANCEL_OPTIONAL) if op == "cancel" else (SCHEDULE_REQUIRED, SCHEDULE_OPTIONAL)
-    unknown = sorted(raw.keys() - required - optional)
-    if unknown:
-        raise bad_request(f"{where}: unknown field(s) for {op}: {', '.join(unknown)}")
-    missing = sorted(required - raw.keys())
-    if missing:
-        raise bad_request(f"{where}: {op} needs {', '.join(missing)}")
+    keys = raw.keys()
+    # A well-formed schedule names every required field and nothing else: two subset tests say so
+    # and the field-name checks cannot fail. Anything else takes them in order, for their message.
+    if not (op in SCHEDULE_OPS and SCHEDULE_REQUIRED <= keys and keys <= SCHEDULE_FIELDS):
+        _check_field_names(raw, op, where)
     queue = _non_empty_string(raw, "queue", where)
     timer_key = _non_empty_string(raw, "timerKey", where)
     if op == "cancel":
@@ -93,16 +89,34 @@ def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
     partition = raw.get("partition", DEFAULT_PARTITION)
     if not isinstance(partition, str) or partition == "":
         raise bad_request(f"{where}: partition must be a non-empty string")
-    flags = {}
-    for name in ("payloadZstd", "encrypted"):
-        value = raw.get(name, False)
-        if not isinstance(value, bool):
-            raise bad_request(f"{where}: {name} must be true or false")
-        flags[name] = value
+    payload_zstd = raw.get("payloadZstd", False)
+    if not isinstance(payload_zstd, bool):
+        raise bad_request(f"{where}: payloadZstd must be true or false")
+    encrypted = raw.get("encrypted", False)
+    if not isinstance(encrypted, bool):
+        raise bad_request(f"{where}: encrypted must be true or false")
     return {
         "op": op, "queue": queue, "timerKey": timer_key, "partition": partition, "delayMs": delay,
-        "txn": txn, "payload": payload, "payloadZstd": flags["payloadZstd"], "encrypted": flags["encrypted"],
+        "txn": txn, "payload": payload, "payloadZstd": payload_zstd, "encrypted": encrypted,
     }
+
+
+def _check_field_names(raw: dict, op: Any, where: str) -> None:
+    """The field-name checks in their order: server-owned, op, unknown, missing."""
+    owned = sorted(k for k in raw if k in SERVER_OWNED_FIELDS or k.startswith("_"))
+    if owned:
+        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
+    if op is None:
+        raise bad_request(f"{where}: op is missing")
+    if op not in OPS:
+        raise bad_request(f"{where}: op {op!r} is not one of {', '.join(OPS)}")
+    required, optional = (CANCEL_REQUIRED, CANCEL_OPTIONAL) if op == "cancel" else (SCHEDULE_REQUIRED, SCHEDULE_OPTIONAL)
+    unknown = sorted(raw.keys() - required - optional)
+    if unknown:
+        raise bad_request(f"{where}: unknown field(s) for {op}: {', '.join(unknown)}")
+    missing = sorted(required - raw.keys())
+    if missing:
+        raise bad_request(f"{where}: {op} needs {', '.join(missing)}")
 
 
 def parse_timer_ops(body: Any, max_ops: int) -> list[dict]:
@@ -154,13 +168,22 @@ def cancel_hint(ops: list[dict]) -> dict[str, str]:
     return {}
 
 
-def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict]) -> set[str]:
-    """The destination queues that encrypt at rest; a client `encrypted: true` for one is a 400.
+def read_schedule_gates(group: Any, ops: list[dict]) -> tuple[dict[str, dict | None], bool]:
+    """(the destination queues' options, whether an operator paused scheduling), in one look at
+    the local replica: one take of the lock the tick thread holds while it applies, not two.
 
-    Read locally: queue options are replicated state, and a configure racing this call by one
+    Read locally: both are replicated state, and a configure or pause racing this call by one
     apply is no different from one that landed a moment later."""
     queues = {op["queue"] for op in ops if op["op"] != "cancel"}
-    options = group.peek_local(lambda state: {q: state.queue_options(q) for q in queues})
+    return group.peek_local(lambda state: ({q: state.queue_options(q) for q in queues}, state.scheduling_paused))
+
+
+def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict],
+                      options: dict[str, dict | None] | None = None) -> set[str]:
+    """The destination queues that encrypt at rest; a client `encrypted: true` for one is a 400.
+    `options` are the queues' options when the caller has read them already (read_schedule_gates)."""
+    if options is None:
+        options = read_schedule_gates(group, ops)[0]
     encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
     for i, op in enumerate(ops):
         if op["op"] != "cancel" and op["queue"] in encrypting and op["encrypted"]:
@@ -196,7 +219,7 @@ async def post_timers(request: web.Request) -> web.Response:
         principal = require(serving.config, request, Access.PRODUCE)
         return await _schedule_batch(request, serving, principal)
     except ApiError as error:  # every refusal is counted by its code, auth's included (issue 4)
-        serving.metrics.schedule_rejected.labels(reason=error.code).inc()
+        serving.metrics.count_schedule_rejected(error.code)
         raise
 
 
@@ -208,10 +231,9 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
     tenant = principal.tenant
     hint = cancel_hint(ops)
     group = serving.groups[tenant]
-    encrypting = encrypting_queues(serving, group, ops)
-    # The pause is replicated state read locally: a pause is an operator's switch, and a call that
-    # races it by one apply is no worse than one that arrived a moment earlier.
-    if group.peek_local(lambda state: state.scheduling_paused):
+    options, paused = read_schedule_gates(group, ops)
+    encrypting = encrypting_queues(serving, group, ops, options)
+    if paused:
         raise ApiError(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
                        {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}, fields={"reason": PAUSED})
     wait_s = serving.timer_rate.take(tenant)
@@ -219,8 +241,9 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
         raise ApiError(429, "rate_limited", f"over the tenant's timer call rate of {settings.timers_rate}/s on this node",
                        {**retry_after_header(wait_s), **hint})
     check_plan_limits(ops, settings)
-    ops = [encrypt_op(serving, op) if op["queue"] in encrypting and op["op"] != "cancel" else op for op in ops]
-    command_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in ops]
+    if encrypting:
+        ops = [encrypt_op(serving, op) if op["queue"] in encrypting and op["op"] != "cancel" else op for op in ops]
+    command_ops = with_message_ids(ops)
     command = {
         "op": "timers", "producerSub": principal.sub, "maxPending": settings.timers_max_pending,
         "policy": settings.fire_policy(), "ops": command_ops,
@@ -234,9 +257,15 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
             raise ApiError(400, code, result.get("message") or "the batch was refused")
         raise ApiError(500, code, result.get("message") or "the state refused the batch")
     results = result["results"]
-    for op, answer in zip(ops, results):
-        serving.metrics.timer_ops.labels(tenant=tenant, op=op["op"], status=answer.get("status", "?")).inc()
+    serving.metrics.count_timer_ops(tenant, ops, results)
     return json_response({"results": results})
+
+
+def with_message_ids(ops: list[dict]) -> list[dict]:
+    """The command's ops: each schedule gets the messageId its fire will carry, minted here by the
+    proposer (one clock read and one os.urandom for the batch); cancels go as they are."""
+    ids = iter(new_message_ids(sum(1 for op in ops if op["op"] != "cancel")))
+    return [dict(op, messageId=next(ids)) if op["op"] != "cancel" else op for op in ops]
 
 
 def _path_identity(request: web.Request) -> tuple[str, str]:
@@ -261,7 +290,7 @@ async def delete_timer(request: web.Request) -> web.Response:
     if "error" in result:
         raise ApiError(500, result["error"], result.get("message") or "the state refused the cancel")
     answer = result["results"][0]
-    serving.metrics.timer_ops.labels(tenant=principal.tenant, op="cancel", status=answer.get("status", "?")).inc()
+    serving.metrics.count_timer_ops(principal.tenant, command["ops"], result["results"])
     return json_response(answer)
 
 

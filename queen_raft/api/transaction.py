@@ -29,7 +29,6 @@ from queen_raft.api import messages, timers
 from queen_raft.api.auth import Access, Principal, require
 from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose
-from queen_raft.api.ids import new_message_id
 from queen_raft.api.requests import json_body, json_response
 from queen_raft.api.serving import ServingNode, serving_of
 
@@ -161,11 +160,11 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
     group = serving.groups[tenant]
     schedules = any(op["op"] != "cancel" for op in timer_ops)
     if schedules and group.peek_local(lambda state: state.scheduling_paused):
-        serving.metrics.schedule_rejected.labels(reason="timers_disabled").inc()
+        serving.metrics.count_schedule_rejected("timers_disabled")
         raise refused(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
                       headers=retry_after_header(timers.TIMERS_DISABLED_RETRY_AFTER_S), reason=PAUSED)
     operations, timer_ops = encrypt_items(serving, tenant, operations, timer_ops)
-    timer_ops = [dict(op, messageId=new_message_id()) if op["op"] != "cancel" else op for op in timer_ops]
+    timer_ops = timers.with_message_ids(timer_ops)
     command = {
         "op": "transaction", "producerSub": principal.sub, "maxPending": serving.settings.timers_max_pending,
         "policy": serving.settings.fire_policy(), "operations": operations, "kv": kv_ops, "timers": timer_ops,
@@ -177,13 +176,12 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
             raise refused(413, TOO_LARGE, error.message) from None
         raise
     if result.get("success"):
-        for op, answer in zip(timer_ops, result["results"][len(operations) + len(kv_ops):]):
-            serving.metrics.timer_ops.labels(tenant=tenant, op=op["op"], status=answer.get("status", "?")).inc()
+        serving.metrics.count_timer_ops(tenant, timer_ops, result["results"][len(operations) + len(kv_ops):])
         return json_response({"success": True, "results": result["results"]})
     if "reason" not in result:  # not a verdict of the transaction: a malformed command, a bug
         raise ApiError(500, result.get("error", "internal"), result.get("message") or "the transaction failed")
     if result["reason"] == "timers_quota_exceeded":
-        serving.metrics.schedule_rejected.labels(reason="timers_quota_exceeded").inc()
+        serving.metrics.count_schedule_rejected("timers_quota_exceeded")
     answer = {"success": False, "reason": result["reason"], "error": result.get("error") or result["reason"]}
     if result.get("index") is not None:
         answer["index"] = result["index"]
