@@ -392,3 +392,48 @@ def test_a_journal_that_conflicts_with_its_snapshot_is_left_to_pysyncobj(tmp_pat
     write_pysyncobj_dump(dump, last=(b"\x00", 4, 2), prev=(b"\x00", 3, 2))  # same index, other term
     reopened = CompactionGuardedJournal(path, dump)
     assert not reopened.reconciled_with_snapshot and len(reopened) == 5
+
+
+# -- the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------------------
+
+
+def coalescing_syncobj(monkeypatch, appends_per_run):
+    """A CoalescingSyncObj without sockets: the stock check 'appends' n commands, each asking for a
+    send as stock does; the stock send records that it ran."""
+    from pysyncobj import SyncObj
+
+    from queen_raft.raft.leader_append import CoalescingSyncObj
+
+    syncobj = object.__new__(CoalescingSyncObj)
+    syncobj._coalescing_appends = False
+    syncobj._appends_waiting = 0
+    syncobj.append_sends_coalesced = 0
+    sends = []
+
+    def stock_check(self):
+        for i in range(appends_per_run):
+            self._SyncObj__sendAppendEntries()
+
+    monkeypatch.setattr(SyncObj, "_checkCommandsToApply", stock_check)
+    monkeypatch.setattr(SyncObj, "_SyncObj__sendAppendEntries", lambda self: sends.append(self._appends_waiting))
+    return syncobj, sends
+
+
+@pytest.mark.parametrize("appends, sends_expected", [(0, 0), (1, 1), (3, 1), (64, 1), (65, 2), (130, 3)])
+def test_the_leader_sends_once_per_batch_of_appends_and_at_least_every_64(monkeypatch, appends, sends_expected):
+    from queen_raft.raft.leader_append import APPEND_SEND_EVERY_ENTRIES
+
+    assert APPEND_SEND_EVERY_ENTRIES == 64
+    syncobj, sends = coalescing_syncobj(monkeypatch, appends)
+    syncobj._checkCommandsToApply()
+    assert len(sends) == sends_expected
+    assert syncobj.append_sends_coalesced == appends - sends_expected
+    assert not syncobj._coalescing_appends and syncobj._appends_waiting == 0
+
+
+def test_sends_outside_the_command_check_go_at_once(monkeypatch):
+    # Heartbeats and the send after an apply (commit index) are never held back.
+    syncobj, sends = coalescing_syncobj(monkeypatch, 0)
+    syncobj._SyncObj__sendAppendEntries()
+    syncobj._SyncObj__sendAppendEntries()
+    assert len(sends) == 2 and syncobj.append_sends_coalesced == 0

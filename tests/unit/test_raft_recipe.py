@@ -30,6 +30,7 @@ from pysyncobj.transport import TCPTransport
 from queen_raft.raft import connection as connection_module
 from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
 from queen_raft.raft.follower_append import LogMatchingSyncObj
+from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, create_journal, install_journal_factory
 from queen_raft.raft.transport import GroupTransport
 
@@ -302,8 +303,29 @@ def test_follower_append_override_is_a_real_override_used_by_the_group():
     override = LogMatchingSyncObj._SyncObj__onMessageReceived
     assert override is not SyncObj._SyncObj__onMessageReceived
     assert params(override) == params(SyncObj._SyncObj__onMessageReceived) == ["self", "node", "message"]
-    assert "LogMatchingSyncObj(" in source(group.TenantGroup.__init__)
-    assert "SyncObj(" not in source(group.TenantGroup.__init__).replace("LogMatchingSyncObj(", "")
+    assert issubclass(CoalescingSyncObj, LogMatchingSyncObj)
+    assert CoalescingSyncObj._SyncObj__onMessageReceived is override
+    assert "CoalescingSyncObj(" in source(group.TenantGroup.__init__)
+    assert "SyncObj(" not in source(group.TenantGroup.__init__).replace("CoalescingSyncObj(", "")
+
+
+# -- SyncObj: the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------
+
+def test_syncobj_code_the_leader_append_override_relies_on():
+    check = source(SyncObj._checkCommandsToApply)
+    # The per-command send we fold, right after the entry is added, and only without batching.
+    add = check.index("self.__raftLog.add(command, idx, term)")
+    send = check.index("if not self.__conf.appendEntriesUseBatch:\n                        self.__sendAppendEntries()")
+    assert add < send
+    assert check.count("self.__sendAppendEntries()") == 1
+    assert params(SyncObj._checkCommandsToApply) == ["self"]
+    assert params(SyncObj._SyncObj__sendAppendEntries) == ["self"]
+    # The send carries every entry from each follower's nextIndex (so one send covers many adds).
+    sender = source(SyncObj._SyncObj__sendAppendEntries)
+    assert "entries = self.__getEntries(nextNodeIndex, None, batchSizeBytes)" in sender
+    assert "while nextNodeIndex <= self.__getCurrentLogIndex() or sendSingle or sendingSerialized:" in sender
+    assert CoalescingSyncObj._checkCommandsToApply is not SyncObj._checkCommandsToApply
+    assert CoalescingSyncObj._SyncObj__sendAppendEntries is not SyncObj._SyncObj__sendAppendEntries
 
 
 # -- FileJournal ---------------------------------------------------------------------------------------

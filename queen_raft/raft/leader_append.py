@@ -1,0 +1,65 @@
+"""The leader's AppendEntries sends, one per batch of new commands instead of one per command.
+
+Stock pysyncobj 0.3.17 with appendEntriesUseBatch=False (which we need: with batching every commit
+waits for the next heartbeat) calls __sendAppendEntries after *each* command it appends in
+_checkCommandsToApply. With N commands queued, each follower gets N append_entries messages of one
+entry each: N pickles, N zlib frames and N send() syscalls per follower on the leader, and on each
+follower N parses, N handler runs and N acknowledgements back (each pickled and sent, and each run
+through the leader's handler). Per entry that is most of the Raft layer's cost under load.
+
+CoalescingSyncObj lets _checkCommandsToApply append the queued commands and sends once after them
+(and every APPEND_SEND_EVERY_ENTRIES entries within a long run, so the first entry of a burst does
+not wait for the whole queue). The message carries every entry from each follower's nextIndex,
+exactly what the per-command sends carried in total, so what a follower appends, acknowledges and
+commits is unchanged; only the framing is coarser. Nothing else waits on those sends within the
+tick: the leader counts its own entries at the next tick's commit scan, after the group-commit
+flush of this tick (transport.GroupTransport._onTick), and followers' acknowledgements arrive in
+poll(), after both.
+
+Overrides SyncObj._checkCommandsToApply (wrapping it) and SyncObj._SyncObj__sendAppendEntries of
+pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+"""
+
+from __future__ import annotations
+
+from pysyncobj import SyncObj
+
+from queen_raft.raft.follower_append import LogMatchingSyncObj
+
+# Within one _checkCommandsToApply run (bounded by pysyncobj to appendEntriesPeriod), send what was
+# appended at least every this many entries: the first entry of a 2,048-command burst (max_in_flight)
+# then waits for ~64 appends (well under a millisecond), not for the whole run, while the number of
+# messages per follower still drops 64-fold under load.
+APPEND_SEND_EVERY_ENTRIES = 64
+
+
+class CoalescingSyncObj(LogMatchingSyncObj):
+    """LogMatchingSyncObj whose leader sends AppendEntries once per batch of new commands."""
+
+    def __init__(self, *args, **kwargs):
+        # Before super().__init__(): the tick thread may run before __init__ returns.
+        self._coalescing_appends = False
+        self._appends_waiting = 0  # entries appended since the last send, while coalescing
+        self.append_sends_coalesced = 0  # stock's per-command sends saved (requested - sent)
+        super().__init__(*args, **kwargs)
+
+    def _checkCommandsToApply(self):
+        self._coalescing_appends = True
+        self._appends_waiting = 0
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            self._coalescing_appends = False
+            if self._appends_waiting:
+                self._appends_waiting = 0
+                self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
+                SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _SyncObj__sendAppendEntries(self):
+        if self._coalescing_appends:
+            self._appends_waiting += 1
+            if self._appends_waiting < APPEND_SEND_EVERY_ENTRIES:
+                self.append_sends_coalesced += 1
+                return
+            self._appends_waiting = 0
+        SyncObj._SyncObj__sendAppendEntries(self)
