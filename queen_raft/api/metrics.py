@@ -152,7 +152,10 @@ class ApiMetrics:
 
     def count_timer_ops(self, tenant: str, ops: list[dict], answers: list[dict]) -> None:
         """One increment per (op, status) of a call, by how many of its ops ended so."""
-        tally = collections.Counter((op["op"], answer.get("status", "?")) for op, answer in zip(ops, answers))
+        tally: dict[tuple[str, str], int] = {}
+        for op, answer in zip(ops, answers):
+            key = (op["op"], answer.get("status", "?"))
+            tally[key] = tally.get(key, 0) + 1
         for (op, status), count in tally.items():
             child = self._timer_op_children.get((tenant, op, status))
             if child is None:
