@@ -437,3 +437,42 @@ def test_sends_outside_the_command_check_go_at_once(monkeypatch):
     syncobj._SyncObj__sendAppendEntries()
     syncobj._SyncObj__sendAppendEntries()
     assert len(sends) == 2 and syncobj.append_sends_coalesced == 0
+
+
+# -- the tick thread's wake-up pipe (tick_wakeup.py) --------------------------------------------------------
+
+
+def test_a_pending_wake_up_is_not_written_again_and_a_drained_one_is():
+    from pysyncobj.poller import createPoller
+
+    from queen_raft.raft.tick_wakeup import CoalescingPipeNotifier
+
+    poller = createPoller("auto")
+    woken = []
+    notifier = CoalescingPipeNotifier(poller, callback=lambda: woken.append(notifier.pending))
+    read_fd = notifier._PipeNotifier__pipeR
+    try:
+        for _ in range(5):
+            notifier.notify()
+        assert (notifier.writes, notifier.skipped, notifier.pending) == (1, 4, True)
+        poller.poll(1.0)  # the tick thread's poll: drains the pipe through our callback
+        assert woken == [False]  # cleared by the time the drain ends
+        assert not notifier.pending
+        with pytest.raises(BlockingIOError):
+            os.read(read_fd, 1)  # drained: the four skipped notifies left nothing behind
+        notifier.notify()
+        assert notifier.writes == 2 and notifier.pending
+        poller.poll(1.0)
+        assert woken == [False, False]
+    finally:
+        os.close(read_fd)
+        os.close(notifier._PipeNotifier__pipeW)
+
+
+def test_the_group_installs_the_coalescing_wake_up():
+    import pysyncobj.syncobj
+
+    from queen_raft.raft.tick_wakeup import CoalescingPipeNotifier, install_tick_wakeup
+
+    install_tick_wakeup()
+    assert pysyncobj.syncobj.PipeNotifier is CoalescingPipeNotifier
