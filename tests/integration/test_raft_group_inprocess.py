@@ -200,6 +200,20 @@ async def test_an_entry_over_the_size_bound_is_refused_before_proposing(groups):
     assert group.status()["appliedIndex"] == applied_before
 
 
+async def test_a_write_not_committed_in_time_answers_timeout(groups, monkeypatch):
+    group = await started(groups(RaftSettings(commit_timeout_ms=150)))
+    # The entry goes nowhere: pysyncobj never answers this call (as when a commit stalls).
+    monkeypatch.setattr(group._consumer, "apply", lambda entry, callback: None)
+    started_at = time.monotonic()
+    with pytest.raises(GroupUnavailable) as caught:
+        await group.propose({"op": "set", "key": "k", "value": 1})
+    assert caught.value.reason == "timeout"
+    assert 0.14 <= time.monotonic() - started_at < 1.0
+    assert group._in_flight == 0
+    monkeypatch.undo()
+    assert (await group.propose({"op": "set", "key": "after", "value": 1}))["ok"] is True
+
+
 async def test_calls_beyond_the_in_flight_bound_are_refused_as_busy(groups):
     group = await started(groups(RaftSettings(max_in_flight=2)))
     outcomes = await asyncio.gather(
