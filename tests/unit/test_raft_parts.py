@@ -15,7 +15,6 @@ from pysyncobj.transport import TCPTransport
 from queen_raft import clock
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.group import GroupUnavailable, is_loopback_host
-from queen_raft.raft import journal as journal_module
 from queen_raft.raft.journal import (
     CompactionGuardedJournal,
     DurableMetaStorer,
@@ -101,31 +100,6 @@ def test_group_commit_journal_marks_dirty_and_flushes_once(tmp_path):
     journal._destroy()
     reopened = FileJournal(str(tmp_path / "j"))
     assert [e[1] for e in reopened] == [1]
-
-
-def test_group_commit_flush_syncs_the_journal_file_itself_across_growth_and_compaction(tmp_path, monkeypatch):
-    # The flush is an fdatasync of the mapped file (it releases the GIL; mmap.flush does not):
-    # it must always reach the file the journal path names, also after the map grew (pysyncobj
-    # may reopen the file) and after a compaction renamed a new file into place.
-    path = str(tmp_path / "j")
-    journal = GroupCommitJournal(path, None)
-    synced = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(os.fstat(fd).st_ino) or real_fdatasync(fd))
-    monkeypatch.setattr(journal_module, "FDATASYNC_IS_MSYNC", True)
-    journal.add(b"\x00" + b"a" * 100, 1, 1)
-    journal.flush_if_dirty()
-    journal.add(b"\x00" + b"b" * 5000, 2, 1)  # past the initial 1 KiB map: the file grows
-    journal.flush_if_dirty()
-    journal.add(b"\x00c", 3, 1)
-    journal.deleteEntriesTo(1)  # compaction: a new file renamed over the journal
-    journal.add(b"\x00d", 4, 1)
-    journal.flush_if_dirty()
-    assert len(synced) == 3
-    assert synced[-1] == os.stat(path).st_ino
-    assert journal.flushes == 3
-    journal._destroy()
-    assert [e[1] for e in FileJournal(path)] == [2, 3, 4]
 
 
 def test_term_and_vote_are_written_through_the_fsyncing_meta_storer(tmp_path):
