@@ -220,3 +220,26 @@ async def test_an_entry_over_the_raft_cap_is_413():
         api.groups["acme"].propose = refuse
         status, _, body = await push(api, [{"queue": "q", "payload": 1}])
         assert (status, body["error"]) == (413, "payload_too_large")
+
+
+async def test_pop_reads_through_the_barrier_only_when_nothing_is_deliverable_here():
+    """A message already applied here is popped without a read barrier first (the pop is itself an
+    ordered write); an empty look takes the barrier, so a push acknowledged by another node but not
+    applied here yet is still seen."""
+    async with ApiHarness() as api:
+        group = api.groups["acme"]
+        barrier_reads = 0
+        real_read = group.read
+
+        async def counting_read(fn):
+            nonlocal barrier_reads
+            barrier_reads += 1
+            return await real_read(fn)
+
+        group.read = counting_read
+        status, _, _ = await api.call("GET", "/api/v1/pop/queue/q")
+        assert (status, barrier_reads) == (204, 1)
+        await push(api, [{"queue": "q", "payload": 1, "transactionId": "t1"}])
+        status, _, popped = await api.call("GET", "/api/v1/pop/queue/q")
+        assert (status, barrier_reads) == (200, 1)
+        assert [m["payload"] for m in popped["messages"]] == [1]
