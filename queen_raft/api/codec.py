@@ -35,9 +35,19 @@ def json_value_to_bytes(value: Any) -> bytes:
     return _PAYLOAD_ENCODER.encode(value).encode("utf-8")
 
 
+def _refuse_non_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+# NaN and Infinity are Python's extensions, not JSON: bytes holding one (a timer's or a payloadB64
+# push's payload may) are not a JSON payload, and decoding them as one put NaN, invalid JSON, in
+# the answer. Built once, like the body decoder.
+_PAYLOAD_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant)
+
+
 def payload_fields(data: bytes) -> dict[str, Any]:
     """`{"payload": value}` when the bytes are UTF-8 JSON, else `{"payloadB64": text}` (SPEC.md section 3)."""
     try:
-        return {"payload": json.loads(data.decode("utf-8"))}
+        return {"payload": _PAYLOAD_DECODER.decode(data.decode("utf-8"))}
     except (UnicodeDecodeError, ValueError):
         return {"payloadB64": encode_base64(data)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 
 import pytest
@@ -106,3 +108,13 @@ def test_payload_fields_json_or_b64():
     assert payload_fields(b"\xff\xfe") == {"payloadB64": "//4="}
     assert payload_fields(b"not json") == {"payloadB64": "bm90IGpzb24="}
     assert json_value_to_bytes({"a": 1}) == b'{"a":1}'
+
+
+def test_payload_fields_never_answer_nan_or_infinity_as_json():
+    """Python's json reads NaN and Infinity; they are not JSON, and an answer holding one is not
+    valid JSON: such bytes go out as payloadB64 like any other non-JSON payload."""
+    for raw in (b"NaN", b"-Infinity", b"[1, Infinity]", b'{"a": NaN}', b"\xef\xbb\xbf1"):
+        fields = payload_fields(raw)
+        assert fields == {"payloadB64": base64.b64encode(raw).decode("ascii")}, raw
+        json.loads(json.dumps(fields, allow_nan=False))
+    assert payload_fields(b" [1.5e3, -0] ") == {"payload": [1500.0, 0]}
