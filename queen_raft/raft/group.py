@@ -28,7 +28,6 @@ from queen_raft.raft.connection import install_connection_recipe
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
-from queen_raft.raft.tick_wakeup import install_tick_wakeup
 from queen_raft.raft.settings import (
     APPEND_ENTRIES_BATCH_SIZE_BYTES,
     COMMANDS_QUEUE_SIZE,
@@ -216,7 +215,6 @@ class TenantGroup:
 
         install_connection_recipe()
         install_journal_factory()
-        install_tick_wakeup()
         register_journal(self.journal_file, settings.fsync, self.full_dump_file)
 
         self._consumer = ReplicatedTenantState(state_factory, state_restore, self._on_applied)

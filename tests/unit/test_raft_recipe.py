@@ -328,24 +328,6 @@ def test_syncobj_code_the_leader_append_override_relies_on():
     assert CoalescingSyncObj._SyncObj__sendAppendEntries is not SyncObj._SyncObj__sendAppendEntries
 
 
-# -- SyncObj: the wake-up pipe (tick_wakeup.py) -----------------------------------------------------------
-
-def test_pipe_notifier_members_the_coalescing_wake_up_relies_on():
-    from pysyncobj.pipe_notifier import PipeNotifier
-
-    from queen_raft.raft.tick_wakeup import CoalescingPipeNotifier
-
-    assert "poller.subscribe(self.__pipeR, self.__onNewNotification, POLL_EVENT_TYPE.READ)" in source(PipeNotifier.__init__)
-    assert "os.write(self.__pipeW, b'o')" in source(PipeNotifier.notify)
-    assert "os.read(self.__pipeR, 1024)" in source(PipeNotifier._PipeNotifier__onNewNotification)
-    assert params(PipeNotifier._PipeNotifier__onNewNotification) == ["self", "descr", "eventMask"]
-    assert CoalescingPipeNotifier._PipeNotifier__onNewNotification is not PipeNotifier._PipeNotifier__onNewNotification
-    # Commands are queued before the notify (the skipped-write argument needs that order).
-    apply_command = source(SyncObj._applyCommand)
-    assert apply_command.index("self.__commandsQueue.put_nowait") < apply_command.index("self.__pipeNotifier.notify()")
-    assert "from .pipe_notifier import PipeNotifier" in inspect.getsource(pysyncobj.syncobj)
-
-
 # -- FileJournal ---------------------------------------------------------------------------------------
 
 def test_file_journal_members_we_override_exist():
