@@ -37,8 +37,8 @@ def each_system(names: tuple[str, ...], run: Callable[[TimerService], dict],
 
             ensure_installed()
         service = make_service(name, queen_settings)
-        service.start()
         try:
+            service.start()  # inside: a start that fails half way still stops what it started
             yield name, run(service)
         finally:
             service.stop()
