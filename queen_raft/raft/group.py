@@ -67,6 +67,8 @@ TICKS_IN_FLIGHT_MAX = 4
 
 # After an unexpected exception the tick loop starts again after this pause (bounded log noise).
 TICK_LOOP_RESTART_DELAY_S = 0.1
+# stop() cancels the tick task again after this long if a cancellation was swallowed.
+STOP_RECANCEL_S = 0.1
 
 # A follower's tick loop (or a leader's with tick_ms=0) still wakes this often to notice a new
 # leader elsewhere (pysyncobj only reports this node's own role changes) and report it.
@@ -198,6 +200,8 @@ class TenantGroup:
         self._handoff: ResultHandoff | None = None
         self._wake: asyncio.Event | None = None
         self._tick_task: asyncio.Task | None = None
+        # Set by stop(): the tick loop ends at its next turn even if a cancellation was lost.
+        self._stopping = False
         # The tick loop sleeps until this instant (ms); an apply that makes a timer due earlier
         # wakes it. -inf: nobody to wake; +inf: any due instant wakes.
         self._signal_below_ms: float = -math.inf
@@ -431,16 +435,25 @@ class TenantGroup:
         """Start the leader tick (and the leadership watch) on loop. Call it on the loop thread."""
         self._bind_loop(loop)
         if self._tick_task is None:
+            self._stopping = False
             self._tick_task = loop.create_task(self._run_tick_loop(), name=f"tick-{self.tenant}")
 
     async def stop(self) -> None:
+        """End the tick loop. Python 3.11's asyncio.wait_for can swallow a cancellation that lands
+        as its inner wait completes (CPython gh-86296), and a loop that swallowed it would tick on
+        while stop() waited forever (seen in CI). So the loop also checks _stopping each turn, and
+        stop() cancels again until the task is done."""
+        self._stopping = True
         task, self._tick_task = self._tick_task, None
-        if task is not None:
+        if task is None:
+            return
+        if self._wake is not None:
+            self._wake.set()
+        while not task.done():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait({task}, timeout=STOP_RECANCEL_S)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("group %s: tick loop ended with %r", self.tenant, task.exception())
 
     async def _wait_for_wake(self, timeout_s: float) -> None:
         try:
@@ -450,7 +463,7 @@ class TenantGroup:
 
     async def _run_tick_loop(self) -> None:
         # The loop must outlive any surprise: a dead tick task would stop every fire of the group.
-        while True:
+        while not self._stopping:
             try:
                 await self._tick_until_failure()
             except asyncio.CancelledError:
@@ -485,7 +498,7 @@ class TenantGroup:
         in_flight: set[asyncio.Task] = set()
         outcomes: collections.deque = collections.deque()  # (more_due, backoff_s), in log order
         try:
-            while True:
+            while not self._stopping:
                 # Committed ticks report in log order (applied in order, handed to the loop in
                 # order): the last one is the latest word on whether more is due.
                 backoff_s = 0.0

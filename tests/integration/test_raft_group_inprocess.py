@@ -449,3 +449,25 @@ async def test_a_tick_the_state_refuses_is_retried_at_the_cap_not_the_gap(tmp_pa
         await group.stop()
     finally:
         group.destroy()
+
+
+async def test_stop_ends_the_tick_loop_even_when_a_cancellation_is_swallowed(groups):
+    # Python 3.11's asyncio.wait_for can swallow a cancellation (CPython gh-86296); a tick loop
+    # that lost it kept ticking and stop() waited forever (a 300 s CI hang). Swallow every
+    # cancellation the loop's waits receive: stop() must still end it, promptly.
+    group = await started(groups(RaftSettings(tick_ms=200)))
+    swallowed = []
+
+    async def swallowing_wait(timeout_s: float) -> None:
+        try:
+            await asyncio.sleep(timeout_s)  # deaf to the wake event, like a wait past its wake-up
+        except asyncio.CancelledError:
+            swallowed.append(timeout_s)
+
+    group._wait_for_wake = swallowing_wait
+    await asyncio.sleep(0.3)  # past the 200 ms cap: the loop now sleeps in swallowing_wait
+    started_at = time.monotonic()
+    await asyncio.wait_for(group.stop(), 3.0)
+    assert swallowed, "the test did not exercise a swallowed cancellation"
+    assert time.monotonic() - started_at < 1.0
+    assert group._tick_task is None
