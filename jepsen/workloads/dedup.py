@@ -13,17 +13,17 @@ from jepsen.checkers import check_pushes, check_replicas_agree, judged_on_partia
 from jepsen.client import HistoryClient
 from jepsen.history import FaultWindow, Operation
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
-from jepsen.workloads.messages import read_back, push
+from jepsen.workloads.messages import PushWorkload
 
 QUEUE = "jd"
 # Each txn is pushed about this many times, spread over ACTIVE_WINDOW_S, so its pushes straddle
 # faults (a nemesis acts every few seconds).
 PUSHES_PER_TXN = 6
 ACTIVE_WINDOW_S = 10.0
-FINAL_MARGIN_MS = 3000
 
 
-class DedupWorkload:
+class DedupWorkload(PushWorkload):
+    queue = QUEUE
     name = "dedup"
     queues = [QUEUE]
 
@@ -46,20 +46,8 @@ class DedupWorkload:
     async def setup(self, client: HistoryClient, process: Any) -> list[str]:
         return []
 
-    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
-        return await push(client, process, node, QUEUE, op.value["txn"], {"txn": op.value["txn"]})
-
     def retry_on_info(self, op: PlannedOp) -> bool:
         return False
-
-    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int:
-        last = max((op.complete_wall_ms or op.invoke_wall_ms for op in operations), default=0)
-        return last + FINAL_MARGIN_MS
-
-    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
-        final = FinalReads()
-        await read_back(client, QUEUE, final)
-        return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
         results = check_pushes(operations, final.logs.get(QUEUE, []), QUEUE, exactly_once_when_acked=True,

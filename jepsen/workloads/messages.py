@@ -11,6 +11,7 @@ from typing import Any
 
 from jepsen.client import HistoryClient, Outcome
 from jepsen.history import FAIL, INFO, OK
+from jepsen.workloads import FinalReads
 
 PARTITION = "Default"
 # A lease the consumers lose (their ack was cut off) blocks the group until it expires; a short
@@ -191,3 +192,26 @@ class Consumer:
                                               "POST", "/api/v1/ack/batch", body, normalize_ack)
             if type_ == INFO:
                 self._crash()
+
+
+class PushWorkload:
+    """What the queue and dedup workloads share: one queue, each planned op a push of its txn, and
+    a final phase that only waits out the last push's commit, then reads the queue back.
+
+    A subclass sets `queue`, and `final_margin_ms` if pushes need longer to settle."""
+
+    queue: str
+    # Pushes are small and immediate; nothing waits past the last one but the commit.
+    final_margin_ms = 3000
+
+    async def perform(self, client: HistoryClient, process: int, node: str, op) -> str:
+        return await push(client, process, node, self.queue, op.value["txn"], {"txn": op.value["txn"]})
+
+    def pending_deadline_wall_ms(self, operations: list, max_forward_skew_ms: int) -> int:
+        last = max((op.complete_wall_ms or op.invoke_wall_ms for op in operations), default=0)
+        return last + self.final_margin_ms
+
+    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
+        final = FinalReads()
+        await read_back(client, self.queue, final)
+        return final

@@ -11,7 +11,7 @@ from jepsen.checkers import check_pushes, check_queue_consumption, check_replica
 from jepsen.client import HistoryClient
 from jepsen.history import Operation, FaultWindow
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
-from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, read_back, push
+from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, PushWorkload, configure_queue
 
 QUEUE = "jq"
 GROUPS = ("ga", "gb")
@@ -19,11 +19,10 @@ CONSUMERS_PER_GROUP = 2
 # A push whose outcome is unknown is sent again with the same txn (dedup makes that safe) at most
 # this many times, so one stuck txn cannot eat the whole run.
 MAX_PUSH_RETRIES = 3
-# Pushes are small and immediate; nothing waits past the last one but the commit.
-FINAL_MARGIN_MS = 3000
 
 
-class QueueWorkload:
+class QueueWorkload(PushWorkload):
+    queue = QUEUE
     name = "queue"
     queues = [QUEUE]
 
@@ -43,20 +42,8 @@ class QueueWorkload:
         ok = await configure_queue(client, process, QUEUE, {"leaseTime": CONSUMER_LEASE_TIME_S})
         return [] if ok else [f"could not configure {QUEUE}; lost acks block a group for the default lease"]
 
-    async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
-        return await push(client, process, node, QUEUE, op.value["txn"], {"txn": op.value["txn"]})
-
     def retry_on_info(self, op: PlannedOp) -> bool:
         return True
-
-    def pending_deadline_wall_ms(self, operations: list[Operation], max_forward_skew_ms: int) -> int:
-        last = max((op.complete_wall_ms or op.invoke_wall_ms for op in operations), default=0)
-        return last + FINAL_MARGIN_MS
-
-    async def final_reads(self, client: HistoryClient, process: Any, node: str) -> FinalReads:
-        final = FinalReads()
-        await read_back(client, QUEUE, final)
-        return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
         log = final.logs.get(QUEUE, [])
