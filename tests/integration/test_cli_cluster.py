@@ -1,23 +1,51 @@
-"""`queen-raft timer|push|pop|kv` as a subprocess against three real nodes: JSON out, exit codes."""
+"""`queen-raft` client commands as a subprocess against three real nodes: JSON out, exit codes.
+
+The data commands (timer, push, pop, kv) and the operator ones: a timer that fails permanently in
+the DLQ and its refused replay, pause/resume, configure, usage, and transactions from a file."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
-from cluster_fixture import REPO, node_cluster, token  # noqa: F401  (node_cluster is a fixture)
+from cluster_fixture import REPO, NodeCluster, token
 
 pytestmark = pytest.mark.integration
 
 RW = token("acme", "read-write")
 WO = token("acme", "write-only")
+ADMIN = token("acme", "admin")
+# The pause test pauses globex, so that no other test of the module meets a paused tenant.
+PAUSED_RW = token("globex", "read-write")
+PAUSED_ADMIN = token("globex", "admin")
 # The interpreter and aiohttp import in well under a second; the rest is a loaded machine.
 CLI_TIMEOUT_S = 30
+# A timer's first permanent failure files it in the DLQ (the default, 5 tries over 1+2+4+8 s of
+# backoff, would only make the test wait).
+SWEEPER_MAX_ATTEMPTS = 1
+# A due timer fires at the next leader tick (50 ms); a loaded machine may take a few seconds.
+FIRE_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.1
+GARBAGE_ZSTD = base64.b64encode(b"not zstd at all").decode()
+
+
+@pytest.fixture(scope="module")
+def node_cluster(tmp_path_factory):
+    cluster = NodeCluster(tmp_path_factory.mktemp("cli"), settings={"sweeper_max_attempts": SWEEPER_MAX_ATTEMPTS}).start()
+    try:
+        yield cluster
+    finally:
+        codes = cluster.stop()
+        unclean = {n: c for n, c in codes.items() if c != 0}
+        assert not unclean, f"nodes did not stop cleanly on SIGTERM: {unclean}\n" + "\n".join(
+            cluster.log_tail(n) for n in unclean)
 
 
 def cli(cluster, *args: str, token_text: str = RW, env_urls: bool = False) -> subprocess.CompletedProcess:
@@ -36,6 +64,12 @@ def cli(cluster, *args: str, token_text: str = RW, env_urls: bool = False) -> su
 def answer(done: subprocess.CompletedProcess) -> dict:
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     return json.loads(done.stdout)
+
+
+def refusal(done: subprocess.CompletedProcess) -> dict:
+    """The error body of a command that exited 1 with nothing on stdout."""
+    assert (done.returncode, done.stdout) == (1, ""), (done.returncode, done.stdout, done.stderr)
+    return json.loads(done.stderr.strip().splitlines()[-1])
 
 
 def test_schedule_peek_cancel_with_exit_codes(node_cluster):
@@ -81,3 +115,100 @@ def test_push_pop_kv_and_refusals(node_cluster):
     assert bad_duration.returncode == 2 and bad_duration.stdout == ""
     unauthorized = cli(node_cluster, "kv", "get", ns, "a", token_text="nobody")
     assert unauthorized.returncode == 1 and '"unauthorized"' in unauthorized.stderr
+
+
+def test_a_timer_that_fails_permanently_is_in_the_dlq_and_its_replay_exits_1(node_cluster, tmp_path):
+    queue = f"cli-dlq-{uuid.uuid4().hex[:8]}"
+    body = tmp_path / "bad-timer.json"
+    body.write_text(json.dumps({"timers": [{"op": "schedule", "queue": queue, "timerKey": "bad", "delayMs": 0,
+                                            "txn": "t-bad", "payload": GARBAGE_ZSTD, "payloadZstd": True}]}))
+    assert answer(cli(node_cluster, "transaction", "--file", str(body)))["success"] is True
+    first = node_cluster.node_ids[0]
+    deadline = time.monotonic() + FIRE_TIMEOUT_S
+    while not node_cluster.call(first, "GET", f"/api/v1/dlq?queue={queue}", RW)[2]["rows"]:
+        assert time.monotonic() < deadline, "the failing timer was not filed in the DLQ"
+        time.sleep(POLL_INTERVAL_S)
+
+    listed = answer(cli(node_cluster, "dlq", "list", queue, "--group", "__timer__"))
+    (row,) = listed["rows"]
+    assert (row["timerKey"], row["offset"], row["transactionId"], row["attempts"]) == ("bad", -1, "t-bad", 1)
+    assert listed["truncated"] is False
+    assert refusal(cli(node_cluster, "dlq", "replay", row["dlqId"]))["error"] == "dlq_replay_refused"
+    assert [r["dlqId"] for r in answer(cli(node_cluster, "dlq", "list", queue))["rows"]] == [row["dlqId"]]
+    assert answer(cli(node_cluster, "timer", "peek", queue, "bad"))["found"] is False
+
+
+def test_pause_refuses_schedules_while_cancel_works_and_resume_lifts_it(node_cluster):
+    queue = f"cli-pause-{uuid.uuid4().hex[:8]}"
+    answer(cli(node_cluster, "timer", "schedule", queue, "k1", "--delay", "1h", "--payload", "1", token_text=PAUSED_RW))
+    assert refusal(cli(node_cluster, "admin", "pause", token_text=PAUSED_RW))["error"] == "forbidden"
+    try:
+        assert answer(cli(node_cluster, "admin", "pause", token_text=PAUSED_ADMIN)) == {"tenant": "globex", "paused": True}
+        paused = refusal(cli(node_cluster, "timer", "schedule", queue, "k2", "--delay", "1h", "--payload", "1",
+                             token_text=PAUSED_RW))
+        assert (paused["error"], paused["reason"]) == ("timers_disabled", "paused")
+        cancelled = answer(cli(node_cluster, "timer", "cancel", queue, "k1", token_text=PAUSED_RW))
+        assert (cancelled["ok"], cancelled["status"]) == (True, "cancelled")
+        assert answer(cli(node_cluster, "usage", token_text=PAUSED_ADMIN))["schedulingPaused"] is True
+        assert answer(cli(node_cluster, "usage", token_text=ADMIN))["schedulingPaused"] is False  # acme goes on
+    finally:
+        resumed = cli(node_cluster, "admin", "resume", token_text=PAUSED_ADMIN)
+    assert answer(resumed) == {"tenant": "globex", "paused": False}
+    scheduled = answer(cli(node_cluster, "timer", "schedule", queue, "k2", "--delay", "1h", "--payload", "1",
+                           token_text=PAUSED_RW))
+    assert scheduled["status"] == "scheduled"
+
+
+def test_configure_then_a_push_over_the_new_limit_is_refused(node_cluster):
+    queue = f"cli-conf-{uuid.uuid4().hex[:8]}"
+    configured = answer(cli(node_cluster, "queue", "configure", queue, "--set", "maxPayloadBytes=16", "--set", "retryLimit=2"))
+    assert (configured["options"]["maxPayloadBytes"], configured["options"]["retryLimit"]) == (16, 2)
+    over = refusal(cli(node_cluster, "push", queue, "--payload", json.dumps("x" * 32)))
+    assert over["results"][0]["error"] == "payload_too_large"
+    assert answer(cli(node_cluster, "push", queue, "--payload", "1"))["status"] == "queued"
+    bad = refusal(cli(node_cluster, "queue", "configure", queue, "--set", "noSuchOption=1"))
+    assert bad["error"] == "bad_request" and "noSuchOption" in bad["message"]
+
+
+def test_usage_counts_what_was_pushed_and_scheduled(node_cluster):
+    queue = f"cli-usage-{uuid.uuid4().hex[:8]}"
+    before = answer(cli(node_cluster, "usage", token_text=ADMIN, env_urls=True))
+    answer(cli(node_cluster, "push", queue, "--payload", "1"))
+    answer(cli(node_cluster, "timer", "schedule", queue, "later", "--delay", "1h", "--payload", "1"))
+    after = answer(cli(node_cluster, "usage", token_text=ADMIN))
+    assert after["tenant"] == "acme"
+    assert after["billedMessages"] - before["billedMessages"] == 2
+    assert after["pushedMessages"] - before["pushedMessages"] == 1
+    assert after["pendingTimers"] - before["pendingTimers"] == 1
+    assert refusal(cli(node_cluster, "usage"))["error"] == "forbidden"  # admin tokens only
+
+
+def test_a_transaction_file_commits_and_a_refused_one_exits_1_and_changes_nothing(node_cluster, tmp_path):
+    queue, ns = f"cli-tx-{uuid.uuid4().hex[:8]}", f"ns-{uuid.uuid4().hex[:8]}"
+    hold = tmp_path / "hold.json"
+    hold.write_text(json.dumps({
+        "operations": [{"type": "push", "queue": queue, "payload": {"held": "b-1"}, "transactionId": "held-b-1"}],
+        "kv": [{"op": "put", "ns": ns, "key": "b-1", "value": {"state": "held"}}],
+        "timers": [{"op": "schedule", "queue": queue, "timerKey": "b-1", "delayMs": 900_000, "txn": "expire-b-1",
+                    "payload": "AA=="}]}))
+    committed = answer(cli(node_cluster, "transaction", "--file", str(hold)))
+    assert committed["success"] is True and len(committed["results"]) == 3
+
+    refused_body = tmp_path / "refused.json"
+    refused_body.write_text(json.dumps({
+        "operations": [{"type": "push", "queue": queue, "payload": "never", "transactionId": "never-1"}],
+        "kv": [{"op": "put", "ns": ns, "key": "b-1", "value": "overwritten"},
+               {"op": "check", "ns": ns, "key": "b-1", "expectedVersion": 7}],
+        "timers": [{"op": "cancel", "queue": queue, "timerKey": "b-1"}]}))
+    refused = refusal(cli(node_cluster, "transaction", "--file", str(refused_body)))
+    assert (refused["success"], refused["reason"], refused["index"]) == (False, "kv_precondition", 2)
+
+    entry = answer(cli(node_cluster, "kv", "get", ns, "b-1"))
+    assert (entry["value"], entry["version"]) == ({"state": "held"}, 1)
+    assert answer(cli(node_cluster, "timer", "peek", queue, "b-1"))["txn"] == "expire-b-1"  # the cancel rolled back
+    records = node_cluster.call(node_cluster.node_ids[1], "POST", "/api/v1/fetch", RW, {
+        "entries": [{"queue": queue, "partition": "Default", "offset": 0, "limit": 10}]})[2]["entries"][0]["records"]
+    assert [r["transactionId"] for r in records] == ["held-b-1"]  # the refused push is not there
+
+    assert answer(cli(node_cluster, "kv", "delete", ns, "b-1"))["found"] is True
+    assert answer(cli(node_cluster, "kv", "get", ns, "b-1"))["found"] is False
