@@ -8,7 +8,9 @@ import asyncio
 import base64
 import io
 import json
+import shlex
 import threading
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -304,3 +306,34 @@ def test_transaction_reads_stdin(node, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"kv": [{"op": "put", "ns": "n", "key": "k", "value": 1}]})))
     code, answer, _ = cli(node, capsys, "transaction", "--file", "-")
     assert code == EXIT_OK and answer["results"][0]["version"] == 1
+
+
+# --- the documentation ----------------------------------------------------------------------------
+
+DOCUMENTED_IN = ("docs/sdk.md", "README.md")
+CLI_PREFIXES = ("queen-raft ", ".venv/bin/queen-raft ")
+
+
+def documented_command_lines() -> list[tuple[str, str]]:
+    repo = Path(__file__).resolve().parents[2]
+    lines = []
+    for name in DOCUMENTED_IN:
+        for line in (repo / name).read_text().splitlines():
+            if line.startswith(CLI_PREFIXES):
+                lines.append((name, line))
+    return lines
+
+
+def test_the_docs_show_a_cli_line_for_every_client_command():
+    shown = {" ".join(shlex.split(line, comments=True)[1:3]) for _, line in documented_command_lines()}
+    for command in ("dlq list", "dlq replay", "admin pause", "admin resume", "queue configure", "kv delete",
+                    "ack reminders", "lease extend", "timer schedule", "timer cancel", "push orders"):
+        assert command in shown, command
+    assert any(line.split()[1:2] == ["usage"] for _, line in documented_command_lines())
+    assert any(line.split()[1:2] == ["transaction"] for _, line in documented_command_lines())
+
+
+@pytest.mark.parametrize("where,line", documented_command_lines())
+def test_every_documented_cli_line_parses(where, line):
+    argv = shlex.split(line, comments=True)[1:]
+    assert build_parser().parse_args(argv).command == argv[0]  # a line that does not parse exits 2 here
