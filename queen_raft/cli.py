@@ -1,5 +1,6 @@
 """`queen-raft node`, `queen-raft cluster up` and `queen-raft cluster status`; the client commands
-(timer, push, pop, kv) live in cli_client.py."""
+live in cli_client.py (timer, push, pop, kv), cli_operator.py (dlq, admin, usage, queue configure)
+and cli_transaction.py (transaction, ack, lease extend)."""
 
 from __future__ import annotations
 
