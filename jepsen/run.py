@@ -199,6 +199,7 @@ CAMPAIGN = (
     [("timers", nemesis, seed) for nemesis in ("kill", "pause", "partition", "clock", "mixed") for seed in (1, 2)]
     + [("queue", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
     + [("dedup", nemesis, 1) for nemesis in ("kill", "mixed")]
+    + [("txn", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
 )
 CAMPAIGN_DURATION_S = 60.0
 

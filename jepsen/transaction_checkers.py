@@ -135,6 +135,14 @@ def _counter_version(op: Operation) -> int | None:
     return None
 
 
+def _refusal_reason(op: Operation) -> str:
+    """Why an attempt certainly did nothing: the transaction's reason, a 503's reason (refused before
+    proposing), or the client's error (a refused connect)."""
+    answer = op.answer if isinstance(op.answer, dict) else {}
+    body = answer.get("body") if isinstance(answer.get("body"), dict) else {}
+    return str(answer.get("reason") or body.get("reason") or body.get("error") or "unknown")
+
+
 def check_kv_counters(attempts: dict[str, list[Operation]], kv_rows: dict[str, dict], counters: list[str]) -> dict:
     """No lost update on any counter, versions strictly increasing in real time, stale checks refused."""
     problems = []
@@ -185,8 +193,7 @@ def check_kv_counters(attempts: dict[str, list[Operation]], kv_rows: dict[str, d
                     and not (earlier_version or 0) < (later_version or 0)):
                 problems.append({"kind": "version_not_increasing_in_real_time", "earlier": earlier.summary(),
                                  "later": later.summary()})
-    refusals = Counter((op.answer or {}).get("reason") for ops in attempts.values() for op in ops
-                       if op.type == FAIL and isinstance(op.answer, dict))
+    refusals = Counter(_refusal_reason(op) for ops in attempts.values() for op in ops if op.type == FAIL)
     return _property(not problems, problems, acknowledged_writes=len(ok_writes),
                      refusal_reasons={str(k): v for k, v in sorted(refusals.items(), key=str)})
 
