@@ -43,8 +43,12 @@ MAX_FIRE_DELAY_MS = 2000
 # Far past any run (and past the largest clock skew the nemesis injects, 2^16 ms): a hold never
 # fires during a run, so at the end it is pending unless a release cancelled it.
 HOLD_DELAY_MS = 3_600_000
-# A transaction whose answer was `info` is sent again this many times at most.
+# A transaction whose answer was `info` is sent again this many times at most, each after this
+# pause: a retry sent at once lands in the same election and is refused `no_leader` (an election
+# takes 0.2-0.6 s, a redial 0.5 s), while one sent after it tells whether the first attempt applied
+# (then it is a `duplicate`).
 MAX_TXN_RETRIES = 2
+TXN_RETRY_BACKOFF_S = 1.0
 # Pushes are replayed with their txn: the dedup window must cover the whole run (the default, said
 # explicitly). The destination of fires keeps none, so a double fire appends twice and shows.
 QUEUE_OPTIONS = {"dedupWindowSeconds": 3600}
@@ -147,7 +151,11 @@ class TransactionsWorkload:
 
     async def _prepare(self, client: HistoryClient, process: int, node: str, planned: dict) -> dict:
         counter = planned["counter"]
-        type_, answer = await client.call(process, node, READ_F, {"counter": counter}, "GET",
+        # The read asks another node than the transaction: a read stuck on a paused or cut-off node
+        # would otherwise take every hit, and the transaction sent after it would find the fault over.
+        node_ids = client.node_ids
+        read_node = node_ids[(node_ids.index(node) + 1) % len(node_ids)]
+        type_, answer = await client.call(process, read_node, READ_F, {"counter": counter}, "GET",
                                           f"/api/v1/kv/{KV_NAMESPACE}/{counter}", None, normalize_read)
         read = answer.get("result") if type_ == OK else None
         version = (read.get("version") or 0) if read else self.known_versions[counter]
@@ -170,6 +178,8 @@ class TransactionsWorkload:
         value = self.prepared.get(txn)
         if value is None:
             value = self.prepared[txn] = await self._prepare(client, process, node, op.value)
+        else:
+            await asyncio.sleep(TXN_RETRY_BACKOFF_S)
         type_, answer = await client.call(process, node, TXN_F, value, "POST", "/api/v1/transaction",
                                           transaction_body(value), normalize_transaction)
         if type_ == OK:

@@ -255,3 +255,60 @@ def test_plan_is_seeded_and_the_body_matches_what_the_checker_reads():
     assert body["kv"][0] == {"op": "check", "ns": "jx-bank", "key": "c1", "expectedVersion": 3}
     assert body["kv"][1]["value"]["n"] == 4 and body["kv"][2]["value"] == {"counter": "c1", "prev": 3}
     assert body["timers"] == [{"op": "cancel", "queue": "jxt", "timerKey": "x2"}]
+
+
+class _ReadClient:
+    """Answers the counter read with `version` (None: the read did not answer)."""
+
+    node_ids = ["n1", "n2", "n3"]
+
+    def __init__(self, version: int | None, type_: str = OK) -> None:
+        self.version, self.type = version, type_
+
+    async def call(self, process, node, f, value, method, path, body=None, normalize=None, timeout_s=None):
+        assert node == "n2", "the read goes to the node after the transaction's"
+        if self.type != OK:
+            return self.type, {"status": None, "body": {"error": "timeout"}}
+        return OK, {"status": 200, "result": {"found": self.version is not None, "version": self.version}}
+
+
+def _prepare(workload: TransactionsWorkload, client: _ReadClient, stale: bool, timer: str = "fire") -> dict:
+    import asyncio
+
+    planned = {"txn": "x1", "counter": "c0", "stale": stale, "timer": timer, "delayMs": 5}
+    return asyncio.run(workload._prepare(client, 0, "n1", planned))
+
+
+def test_a_stale_transaction_expects_a_version_that_can_no_longer_match():
+    workload = TransactionsWorkload()
+    assert _prepare(workload, _ReadClient(3), stale=True)["expectedVersion"] == 2
+    at_one = _prepare(workload, _ReadClient(1), stale=True)
+    assert at_one["stale"] and at_one["expectedVersion"] is None  # asserts absence of a key that exists
+    fresh = _prepare(workload, _ReadClient(None), stale=True)  # nothing older than absence: not stale
+    assert not fresh["stale"] and fresh["expectedVersion"] is None
+    assert _prepare(workload, _ReadClient(3), stale=False)["expectedVersion"] == 3
+
+
+def test_an_unanswered_read_guesses_the_known_version_and_is_never_called_stale():
+    workload = TransactionsWorkload()
+    workload.known_versions["c0"] = 7
+    value = _prepare(workload, _ReadClient(None, INFO), stale=True)
+    assert value == dict(value, stale=False, expectedVersion=7, readVersion=None)
+
+
+def test_a_release_targets_the_oldest_acknowledged_hold_once_and_falls_back_to_a_fire():
+    workload = TransactionsWorkload()
+    workload.releasable.extend(["x0", "x3"])
+    assert _prepare(workload, _ReadClient(1), stale=False, timer="release")["timer"]["target"] == "x0"
+    assert _prepare(workload, _ReadClient(1), stale=False, timer="release")["timer"]["target"] == "x3"
+    assert _prepare(workload, _ReadClient(1), stale=False, timer="release")["timer"] == {
+        "kind": "fire", "delayMs": 5, "target": None}
+
+
+def test_the_final_wait_covers_acknowledged_and_unknown_fires_but_not_holds():
+    h = History()
+    h.txn("x0", "c0", None, "fire", OK, 1000, 1010, deliver_at=BASE + 30_000)
+    h.txn("x1", "c0", 1, "fire", INFO, 1020, 2000)  # delay 100 ms after its last possible stamp
+    h.txn("x2", "c0", 2, "hold", OK, 1040, 1050, deliver_at=BASE + 3_600_000)
+    deadline = TransactionsWorkload().pending_deadline_wall_ms(h.operations(), max_forward_skew_ms=50_000)
+    assert deadline == BASE + 2000 + 50_000 + 100 + 5000
