@@ -51,10 +51,14 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection (jepsen/): the full campaign (every workload under each nemesis, several seeds;
-# about 25-35 min) and one mixed timers run of about a minute plus its final phase.
-.PHONY: jepsen jepsen-smoke
+# about 25-35 min), one mixed timers run of about a minute plus its final phase, and one mixed run of
+# the transactions workload (about 90 s).
+.PHONY: jepsen jepsen-smoke jepsen-txn
 jepsen: venv
 	$(BIN)/python -m jepsen campaign
 
 jepsen-smoke: venv
 	$(BIN)/python -m jepsen run --workload timers --nemesis mixed --seed 1 --duration 60
+
+jepsen-txn: venv
+	$(BIN)/python -m jepsen run --workload txn --nemesis mixed --seed 1 --duration 45

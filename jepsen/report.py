@@ -68,11 +68,17 @@ def _figure(value: Any) -> str:
     return "-" if value is None else (f"{value:.0f}" if isinstance(value, (int, float)) else str(value))
 
 
+def _is_tally(value: Any) -> bool:
+    """A small flat dict of counts (e.g. transactions by outcome, refusals by reason): worth a cell."""
+    return isinstance(value, dict) and bool(value) and all(type(v) is int for v in value.values())
+
+
 def _property_note(name: str, prop: dict) -> str:
     keep = {k: v for k, v in prop.items()
             if k not in ("valid", "violations", "counterexamples", "fire_lag_ms", "visible_lag_ms", "note", "judged")
-            and not isinstance(v, (list, dict))}
-    return ", ".join(f"{k}={v}" for k, v in keep.items())
+            and (not isinstance(v, (list, dict)) or _is_tally(v))}
+    return ", ".join(f"{k}=" + (" ".join(f"{a}:{b}" for a, b in v.items()) if isinstance(v, dict) else f"{v}")
+                     for k, v in keep.items())
 
 
 def render_markdown(summary: dict, png_note: str) -> str:

@@ -124,7 +124,8 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
             workload, final = asyncio.run(_drive(options, plan, cluster, history, notes))
             notes += final.notes
             (run_dir / "final.json").write_text(json.dumps({"logs": final.logs, "notes": final.notes,
-                                                            "replica_logs": final.replica_logs}) + "\n",
+                                                            "replica_logs": final.replica_logs,
+                                                            "state": final.state}) + "\n",
                                                 encoding="utf-8")
             operations = pair_operations(history.events)
             log_complete = not any("fetch" in note for note in final.notes)
@@ -158,7 +159,8 @@ def recheck(run_dir: Path) -> tuple[int, dict]:
     summary = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     events = read_events(run_dir / "history.jsonl")
     stored = json.loads((run_dir / "final.json").read_text(encoding="utf-8"))
-    final = FinalReads(logs=stored["logs"], notes=stored["notes"], replica_logs=stored.get("replica_logs", {}))
+    final = FinalReads(logs=stored["logs"], notes=stored["notes"], replica_logs=stored.get("replica_logs", {}),
+                       state=stored.get("state", {}))
     operations = pair_operations(events)
     properties = make_workload(summary["workload"]).check(operations, fault_windows(events), final)
     summary["properties"] = properties
@@ -197,6 +199,7 @@ CAMPAIGN = (
     [("timers", nemesis, seed) for nemesis in ("kill", "pause", "partition", "clock", "mixed") for seed in (1, 2)]
     + [("queue", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
     + [("dedup", nemesis, 1) for nemesis in ("kill", "mixed")]
+    + [("txn", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
 )
 CAMPAIGN_DURATION_S = 60.0
 

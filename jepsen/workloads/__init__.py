@@ -36,6 +36,8 @@ class FinalReads:
     notes: list[str] = field(default_factory=list)
     # queue -> node -> {"records", "problem"}: the same partition read from each node alone.
     replica_logs: dict[str, dict[str, dict]] = field(default_factory=dict)
+    # Anything else a workload reads back (the txn workload: KV rows and pending timers).
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class Workload(Protocol):
@@ -66,11 +68,13 @@ def make_workload(name: str) -> Workload:
     from jepsen.workloads.dedup import DedupWorkload
     from jepsen.workloads.queue import QueueWorkload
     from jepsen.workloads.timers import TimersWorkload
+    from jepsen.workloads.transactions import TransactionsWorkload
 
-    workloads = {"timers": TimersWorkload, "queue": QueueWorkload, "dedup": DedupWorkload}
+    workloads = {"timers": TimersWorkload, "queue": QueueWorkload, "dedup": DedupWorkload,
+                 "txn": TransactionsWorkload}
     if name not in workloads:
         raise ValueError(f"unknown workload {name!r}; one of {', '.join(workloads)}")
     return workloads[name]()
 
 
-WORKLOAD_NAMES = ("timers", "queue", "dedup")
+WORKLOAD_NAMES = ("timers", "queue", "dedup", "txn")

@@ -92,7 +92,8 @@ async def push(client: HistoryClient, process: Any, node: str, queue: str, txn: 
     return type_
 
 
-async def fetch_log(client: HistoryClient, queue: str, nodes: list[str] | None = None) -> tuple[list[dict], str | None]:
+async def fetch_log(client: HistoryClient, queue: str, nodes: list[str] | None = None,
+                    partition: str = PARTITION) -> tuple[list[dict], str | None]:
     """The whole partition, by offset, through the linearizable fetch route, asking `nodes` in turn
     (every node by default).
 
@@ -106,7 +107,7 @@ async def fetch_log(client: HistoryClient, queue: str, nodes: list[str] | None =
         for _ in range(FETCH_ATTEMPTS):
             node = next(ring)
             outcome = await client.nodes[node].request(
-                "POST", "/api/v1/fetch", {"entries": [{"queue": queue, "partition": PARTITION,
+                "POST", "/api/v1/fetch", {"entries": [{"queue": queue, "partition": partition,
                                                        "offset": offset, "limit": FETCH_PAGE}]})
             if outcome.type == OK and isinstance(outcome.body, dict):
                 page = outcome.body["entries"][0]["records"]
@@ -128,17 +129,22 @@ async def fetch_log(client: HistoryClient, queue: str, nodes: list[str] | None =
         offset = records[-1]["offset"] + 1
 
 
-async def read_back(client: HistoryClient, queue: str, final) -> None:
+async def read_back(client: HistoryClient, queue: str, final, partition: str = PARTITION,
+                    name: str | None = None) -> None:
     """Reads the partition from any node into final.logs, and from each node on its own into
-    final.replica_logs: every replica, after its read barrier, must hold the very same log."""
-    records, problem = await fetch_log(client, queue)
-    final.logs[queue] = records
+    final.replica_logs: every replica, after its read barrier, must hold the very same log.
+
+    Both are keyed by `name` (the queue's name by default; a workload reading several partitions
+    of one queue names each)."""
+    name = name or queue
+    records, problem = await fetch_log(client, queue, partition=partition)
+    final.logs[name] = records
     if problem:
-        final.notes.append(f"{queue}: {problem}")
-    final.replica_logs[queue] = {}
+        final.notes.append(f"{name}: {problem}")
+    final.replica_logs[name] = {}
     for node in client.node_ids:
-        replica, replica_problem = await fetch_log(client, queue, [node])
-        final.replica_logs[queue][node] = {"records": replica, "problem": replica_problem}
+        replica, replica_problem = await fetch_log(client, queue, [node], partition)
+        final.replica_logs[name][node] = {"records": replica, "problem": replica_problem}
 
 
 class Consumer:
