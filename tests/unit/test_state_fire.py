@@ -303,7 +303,10 @@ def test_a_huge_max_attempts_keeps_backing_off_at_the_cap():
     state.apply({"op": "timers", "now": T0, "producerSub": "s", "maxPending": None,
                  "policy": policy, "ops": [schedule("q", "bad", 0, payload=b"x", zstd=True)]})
     timer = state.timers.get("q", "bad")
-    timer.attempts = 10_000_000  # as if it had failed that often
+    # As if it had failed that often (a Timer is an immutable tuple: swap in the changed one).
+    state.timers.remove(timer)
+    timer = timer._replace(attempts=10_000_000)
+    state.timers.insert(timer)
     now = timer.due_at
     tick(state, now, **policy)
     assert state.peek_timer("q", "bad")["dueAt"] == now + 60_000

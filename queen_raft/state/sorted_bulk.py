@@ -1,0 +1,85 @@
+"""Bulk removals from a SortedList, for the fire path: one call per tick instead of one per timer.
+
+A tick removes up to a fire batch of timers from the due index (always a prefix) and their keys
+from each queue's key index (scattered, but known in order). SortedList removes one value per
+call, each a Python frame that walks its positional index and shifts a sublist; at a few thousand
+fires per entry on every replica that was a third of the fire cost.
+
+Both functions work on sortedcontainers' internals (`_lists`, `_maxes`, `_index`, `_len`, `_load`,
+`_expand`; stable since 2.0, the version range is pinned in pyproject.toml) and leave its
+invariants as SortedList's own methods would: the sublists sorted and ordered, `_maxes` the last
+value of each, every sublist but the last at least half the load and at most twice it, and the
+positional index dropped (SortedList rebuilds it on the next positional access; the fire path makes
+none). tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Iterable
+
+from sortedcontainers import SortedList
+
+
+def drop_first(entries: SortedList, count: int) -> None:
+    """`del entries[:count]`: whole sublists dropped, the first one sliced."""
+    if count <= 0:
+        return
+    if count >= len(entries):
+        entries.clear()
+        return
+    lists, maxes = entries._lists, entries._maxes
+    remaining = count
+    while remaining >= len(lists[0]):
+        remaining -= len(lists[0])
+        del lists[0]
+        del maxes[0]
+    if remaining:
+        del lists[0][:remaining]
+    entries._len -= count
+    _rebalance(entries)
+
+
+def remove_sorted(entries: SortedList, values: Iterable) -> None:
+    """Remove `values`: each present in `entries` exactly once, given in ascending order."""
+    lists, maxes = entries._lists, entries._maxes
+    touched: list[int] = []  # positions of the sublists changed, ascending
+    pos = 0
+    count = 0
+    for value in values:
+        # `maxes[pos]` may be stale (its sublist lost values), but only ever too high, and every
+        # later value is above the one removed, so the search never lands on an earlier sublist.
+        pos = bisect_left(maxes, value, pos)
+        sublist = lists[pos]
+        del sublist[bisect_left(sublist, value)]
+        if not touched or touched[-1] != pos:
+            touched.append(pos)
+        count += 1
+    for pos in reversed(touched):
+        sublist = lists[pos]
+        if sublist:
+            maxes[pos] = sublist[-1]
+        else:
+            del lists[pos]
+            del maxes[pos]
+    entries._len -= count
+    _rebalance(entries)
+
+
+def _rebalance(entries: SortedList) -> None:
+    """Merge every sublist but the last that fell under half the load into its successor
+    (splitting the result when it exceeds twice the load), and drop the positional index."""
+    del entries._index[:]
+    lists, maxes = entries._lists, entries._maxes
+    half = entries._load >> 1
+    if len(lists) < 2 or min(map(len, lists[:-1])) >= half:
+        return
+    pos = 0
+    while pos < len(lists) - 1:
+        if len(lists[pos]) >= half:
+            pos += 1
+            continue
+        lists[pos].extend(lists[pos + 1])
+        del lists[pos + 1]
+        del maxes[pos]  # the merged sublist ends where its successor ended
+        entries._expand(pos)  # splits it in two when over twice the load; the index is empty
