@@ -1,21 +1,22 @@
-"""Bulk removals from a SortedList, for the fire path: one call per tick instead of one per timer.
+"""Bulk changes of a SortedList, one call per entry instead of one per timer (fire and schedule).
 
 A tick removes up to a fire batch of timers from the due index (always a prefix) and their keys
 from each queue's key index (scattered, but known in order). SortedList removes one value per
 call, each a Python frame that walks its positional index and shifts a sublist; at a few thousand
-fires per entry on every replica that was a third of the fire cost.
+fires per entry on every replica that was a third of the fire cost. A `timers` entry adds up to
+its op count of timers and keys, sorted first, in one pass (`insert_sorted`).
 
-Both functions work on sortedcontainers' internals (`_lists`, `_maxes`, `_index`, `_len`, `_load`,
+These functions work on sortedcontainers' internals (`_lists`, `_maxes`, `_index`, `_len`, `_load`,
 `_expand`; stable since 2.0, the version range is pinned in pyproject.toml) and leave its
 invariants as SortedList's own methods would: the sublists sorted and ordered, `_maxes` the last
 value of each, every sublist but the last at least half the load and at most twice it, and the
-positional index dropped (SortedList rebuilds it on the next positional access; the fire path makes
-none). tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
+positional index dropped (SortedList rebuilds it on the next positional access; the fire and
+schedule paths make none). tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right, insort
 from typing import Iterable
 
 from sortedcontainers import SortedList
@@ -83,3 +84,37 @@ def _rebalance(entries: SortedList) -> None:
         del lists[pos + 1]
         del maxes[pos]  # the merged sublist ends where its successor ended
         entries._expand(pos)  # splits it in two when over twice the load; the index is empty
+
+
+def insert_sorted(entries: SortedList, values: list) -> None:
+    """Add `values`: none of them present in `entries` (nor twice), given in ascending order."""
+    if not values:
+        return
+    lists, maxes = entries._lists, entries._maxes
+    if not lists:
+        entries.update(values)
+        return
+    load = entries._load
+    last = len(lists) - 1
+    touched: list[int] = []  # positions of the sublists changed, ascending
+    pos = 0
+    for value in values:
+        # Inserting below a sublist's maximum leaves `maxes` as it was; only the last sublist's
+        # maximum moves (kept up to date here), so the search stays exact.
+        pos = bisect_right(maxes, value, pos)
+        if pos > last:
+            pos = last
+            lists[pos].append(value)
+            maxes[pos] = value
+        else:
+            insort(lists[pos], value)
+        if not touched or touched[-1] != pos:
+            touched.append(pos)
+    entries._len += len(values)
+    for pos in reversed(touched):
+        sublist = lists[pos]
+        if len(sublist) > load << 1:
+            chunks = [sublist[start:start + load] for start in range(0, len(sublist), load)]
+            lists[pos:pos + 1] = chunks
+            maxes[pos:pos + 1] = [chunk[-1] for chunk in chunks]
+    _rebalance(entries)

@@ -112,4 +112,5 @@ def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None
         results.append({"ok": True, "status": "rescheduled" if replaced else "scheduled",
                         "queue": queue, "timerKey": key, "txn": op["txn"],
                         "messageId": op["messageId"], "deliverAt": timer[T_DELIVER_AT]})
+    table.commit_staged()
     return results, due_now, billed

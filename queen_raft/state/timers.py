@@ -45,7 +45,7 @@ from sortedcontainers import SortedList
 from .broker import Broker
 from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 from .partition import Partition
-from .sorted_bulk import drop_first, remove_sorted
+from .sorted_bulk import drop_first, insert_sorted, remove_sorted
 
 _intern = sys.intern
 
@@ -93,6 +93,9 @@ class TimerTable:
         # pending timer, so the order is the fire order.
         self.due = SortedList()
         self.count = 0
+        # Timers and (queue, key)s of new timers upserted but not yet in the sorted indexes.
+        self._staged_due: list[Timer] = []
+        self._staged_keys: list[tuple[str, str]] = []
 
     def get(self, queue: str, key: str) -> Timer | None:
         timers = self.by_queue.get(queue)
@@ -123,7 +126,13 @@ class TimerTable:
     def upsert(self, queue: str, key: str, partition: str, deliver_at: int, txn: str,
                message_id: str, payload: bytes, payload_zstd: bool, encrypted: bool,
                producer_sub: str | None, now: int) -> tuple[Timer, bool]:
-        """Schedule or replace; returns the timer and whether one was replaced."""
+        """Schedule or replace; returns the timer and whether one was replaced.
+
+        The timer is staged: it is in `by_queue` and counted at once, but enters the due index
+        (and, when new, the key index) only at `commit_staged`, sorted and in one pass. Until then
+        the caller must not upsert or remove the same (queue, timerKey) again (an entry names each
+        one once) nor read the sorted indexes.
+        """
         queue = _intern(queue)
         timers = self.by_queue.get(queue)
         if timers is None:
@@ -134,8 +143,8 @@ class TimerTable:
             timer = timers[key] = (deliver_at, queue, key, _intern(partition), txn, message_id,
                                    payload, payload_zstd, encrypted, producer_sub, 0, None,
                                    deliver_at, now, now)
-            self.keys[queue].add(key)
-            self.due.add(timer)
+            self._staged_keys.append((queue, key))
+            self._staged_due.append(timer)
             self.count += 1
             return timer, False
         key = old[T_KEY]
@@ -144,8 +153,28 @@ class TimerTable:
         timer = timers[key] = (deliver_at, queue, key, _intern(partition), txn, message_id,
                                payload, payload_zstd, encrypted, producer_sub, 0, None,
                                deliver_at, old[T_CREATED_AT], now)
-        self.due.add(timer)
+        self._staged_due.append(timer)
         return timer, True
+
+    def commit_staged(self) -> None:
+        """Put the timers staged by `upsert` into the due and key indexes."""
+        if self._staged_due:
+            self._staged_due.sort()
+            insert_sorted(self.due, self._staged_due)
+            self._staged_due = []
+        if self._staged_keys:
+            self._staged_keys.sort()
+            keys = self.keys
+            start = 0
+            staged = self._staged_keys
+            while start < len(staged):
+                queue = staged[start][0]
+                end = start + 1
+                while end < len(staged) and staged[end][0] == queue:
+                    end += 1
+                insert_sorted(keys[queue], [key for _, key in staged[start:end]])
+                start = end
+            self._staged_keys = []
 
     def next_due_at(self) -> int | None:
         return self.due[0][0] if self.due else None

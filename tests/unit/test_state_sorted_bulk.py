@@ -7,7 +7,7 @@ import random
 import pytest
 from sortedcontainers import SortedList
 
-from queen_raft.state.sorted_bulk import drop_first, remove_sorted
+from queen_raft.state.sorted_bulk import drop_first, insert_sorted, remove_sorted
 
 # Small loads make sublists split and merge after a handful of values; the default load (1000)
 # is what the state runs with.
@@ -74,6 +74,32 @@ def test_remove_sorted_equals_removing_each(load):
         remove_sorted(entries, gone)
         dropped = set(gone)
         check_after(entries, [value for value in values if value not in dropped])
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_insert_sorted_equals_adding_each(load):
+    rng = random.Random(load * 17)
+    for _ in range(200):
+        universe = rng.sample(range(100_000), rng.randint(1, 6000 if load == 1000 else 400))
+        split = rng.randint(0, len(universe))
+        present, new = sorted(universe[:split]), universe[split:]
+        shape = rng.choice(["scattered", "run", "above", "below", "one"])
+        if shape == "run" and new:
+            low = rng.choice(new)
+            new = [value for value in new if low <= value < low + 2000]
+        elif shape == "above":
+            top = max(present, default=-1)
+            new = [value for value in new if value > top]
+        elif shape == "below":
+            bottom = min(present, default=100_000)
+            new = [value for value in new if value < bottom]
+        elif shape == "one":
+            new = new[:1]
+        entries = filled(load, present)
+        if rng.random() < 0.5 and present:
+            assert entries[len(present) // 2] == present[len(present) // 2]
+        insert_sorted(entries, sorted(new))
+        check_after(entries, sorted(present + new))
 
 
 def test_remove_sorted_of_nothing_changes_nothing():
