@@ -17,8 +17,6 @@ schedule paths make none). tests/unit/test_state_sorted_bulk.py checks them with
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from typing import Iterable
-
 from sortedcontainers import SortedList
 
 
@@ -41,21 +39,32 @@ def drop_first(entries: SortedList, count: int) -> None:
     _rebalance(entries)
 
 
-def remove_sorted(entries: SortedList, values: Iterable) -> None:
-    """Remove `values`: each present in `entries` exactly once, given in ascending order."""
+def remove_sorted(entries: SortedList, values: list) -> None:
+    """Remove `values`: each present in `entries` exactly once, given in ascending order.
+
+    A sublist at a time: the values that fall in it are found with one bisect of `values`, and
+    when they sit side by side there (the usual case: a tick fires a run of keys) they go in one
+    slice delete; otherwise one at a time, from the highest, so the positions stay valid.
+    """
     lists, maxes = entries._lists, entries._maxes
     touched: list[int] = []  # positions of the sublists changed, ascending
     pos = 0
-    count = 0
-    for value in values:
-        # `maxes[pos]` may be stale (its sublist lost values), but only ever too high, and every
-        # later value is above the one removed, so the search never lands on an earlier sublist.
-        pos = bisect_left(maxes, value, pos)
+    first = 0
+    while first < len(values):
+        # Sublists are visited in ascending order and `maxes` is updated only at the end, so
+        # every bisect here sees the original maxima.
+        pos = bisect_left(maxes, values[first], pos)
         sublist = lists[pos]
-        del sublist[bisect_left(sublist, value)]
-        if not touched or touched[-1] != pos:
-            touched.append(pos)
-        count += 1
+        end = bisect_right(values, maxes[pos], first)
+        start = bisect_left(sublist, values[first])
+        count = end - first
+        if sublist[start + count - 1] == values[end - 1]:
+            del sublist[start:start + count]
+        else:
+            for index in range(end - 1, first - 1, -1):
+                del sublist[bisect_left(sublist, values[index], start)]
+        touched.append(pos)
+        first = end
     for pos in reversed(touched):
         sublist = lists[pos]
         if sublist:
@@ -63,7 +72,7 @@ def remove_sorted(entries: SortedList, values: Iterable) -> None:
         else:
             del lists[pos]
             del maxes[pos]
-    entries._len -= count
+    entries._len -= len(values)
     _rebalance(entries)
 
 

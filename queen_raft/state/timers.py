@@ -36,7 +36,9 @@ Choices where SPEC.md is silent:
 from __future__ import annotations
 
 import sys
+from collections import deque
 from itertools import islice
+from operator import itemgetter
 
 import msgpack
 import zstandard
@@ -203,17 +205,21 @@ class TimerTable:
 
     def _forget(self, taken: list[Timer]) -> None:
         """Remove timers already out of the due index from the key maps, a queue at a time."""
-        keys_by_queue: dict[str, list[str]] = {}
-        for timer in taken:
-            gone = keys_by_queue.get(timer[T_QUEUE])
-            if gone is None:
-                gone = keys_by_queue[timer[T_QUEUE]] = []
-            gone.append(timer[T_KEY])
+        queues = set(map(itemgetter(T_QUEUE), taken))
+        if len(queues) == 1:  # the usual tick: one queue's backlog
+            keys_by_queue = {queues.pop(): list(map(itemgetter(T_KEY), taken))}
+        else:
+            keys_by_queue = {}
+            for timer in taken:
+                gone = keys_by_queue.get(timer[T_QUEUE])
+                if gone is None:
+                    gone = keys_by_queue[timer[T_QUEUE]] = []
+                gone.append(timer[T_KEY])
         by_queue = self.by_queue
         for queue, gone in keys_by_queue.items():
             timers = by_queue[queue]
-            for key in gone:
-                del timers[key]
+            # del timers[key] for each key, in C (a deque of length 0 only consumes the map).
+            deque(map(timers.__delitem__, gone), 0)
             if timers:
                 # Due order sorts keys only within one instant: sort (nearly sorted, so cheap).
                 gone.sort()
@@ -380,8 +386,15 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         if error is None:
             if partition is None:
                 partition = queue.partition(partition_name)
-            partition.append((txn, message_id, payload, now, producer_sub, None, encrypted),
-                             queue.dedup_window_ms)
+            # Partition.append, inlined: the message, then its dedup entry and expiry.
+            log = partition.log
+            offset = partition.base + len(log)
+            log.append((txn, message_id, payload, now, producer_sub, None, encrypted))
+            window_ms = queue.dedup_window_ms
+            if window_ms > 0:
+                expires_at = now + window_ms
+                partition.dedup[txn] = (offset, message_id, expires_at)
+                partition.dedup_expiry.append((expires_at, txn))
             appended += 1
             lags.append(now - deliver_at)
             continue
