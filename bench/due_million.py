@@ -5,6 +5,11 @@ watch the drain: fires/s, the lag of each fire (fire instant - T) against how ma
 (it must rise linearly: a steady drain, no stall, no acceleration from skipping), and afterwards
 the log holds exactly the scheduled txns, each once (read back through /api/v1/fetch for ours, the
 stream and the table for the peers). Peak resident memory of every process.
+
+Ours runs twice: with the default settings, whose drain ceiling is QUEEN_RAFT_TIMER_FIRE_BATCH /
+QUEEN_RAFT_TIMER_MIN_GAP_MS = 256 / 5 ms = 51,200 fires/s (SPEC fixes those defaults), and with
+TUNED_SETTINGS, the documented configuration for backlog-heavy tenants (a larger fire batch per
+tick entry). Each gets its own rows in the table; the tuned rows name the setting.
 """
 
 from __future__ import annotations
@@ -34,6 +39,15 @@ LOAD_MARGIN_S = 3.0
 DRAIN_TIMEOUT_S = {False: 300.0, True: 60.0}
 PENDING_POLL_S = 0.2
 LINEAR_FIT_MIN_R2 = 0.98
+# The tuned configuration for backlog-heavy tenants (cluster_configs/README.md names the setting):
+# 2048 timers per tick entry lifts the ceiling to 2048 / 5 ms = 409,600 fires/s, so the cluster's
+# own apply and replication cost sets the rate. Chosen by measurement (200,000 timers, this
+# scenario, one run each on 2026-11-30): 1024 -> 98k fires/s, 2048 -> 156k, 4096 -> 124k with a
+# less straight lag curve (R^2 0.988, ticks up to 127 ms apart). A 2048-timer entry fires at most
+# MAX_FIRE_BYTES (4 MiB) of payload like any other and applies in a few ms per replica, far inside
+# the election timeout.
+TUNED_SETTINGS = {"timer_fire_batch": 2048}
+TUNED_LABEL = ", ".join(f"{name}={value}" for name, value in TUNED_SETTINGS.items())
 
 
 def linear_fit(points: list[tuple[float, float]]) -> dict:
@@ -194,7 +208,7 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
     result = ScenarioResult("due_million", quick)
     count = TIMERS[quick]
     curves: dict[str, list] = {}
-    rate = result.figure(f"drain of {count:,} due timers", "fires/s", ">= 60,000 (ours)")
+    rate = result.figure(f"drain of {count:,} due timers (default settings)", "fires/s", ">= 60,000 (ours)")
     exact = result.figure("log holds exactly the txns (none lost, none doubled)", "")
     missing = result.figure("timers missing from the log", "")
     doubled = result.figure("timers doubled in the log", "")
@@ -203,10 +217,10 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
     peak = result.figure("peak RSS per process (PostgreSQL: postmaster + backends, shared buffers counted in each)", "MiB")
     load = result.figure("load rate (batches of 256)", "timer ops/s")
 
-    def measure_one(service: TimerService) -> dict:
+    def measure_one(service: TimerService, label: str | None = None) -> dict:
         figures, points = measure(service, quick, profile and service.name == OURS)
-        curves[service.name] = points
-        print(f"   {service.name}: {figures['fires_per_s']} fires/s, exactly once {figures['exactly_once']}, "
+        curves[label or service.name] = points
+        print(f"   {label or service.name}: {figures['fires_per_s']} fires/s, exactly once {figures['exactly_once']}, "
               f"fit {figures['lag_curve_fit']}", flush=True)
         return figures
 
@@ -220,6 +234,19 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
         last.values[name] = None if figures["last_fire_lag_ms"] is None else round(figures["last_fire_lag_ms"] / 1000, 2)
         peak.values[name] = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in figures["peak_rss_bytes"].items())
         load.values[name] = figures["load_ops_per_s"]
+    if OURS in names:
+        tuned = f"{OURS} ({TUNED_LABEL})"
+        tuned_rate = result.figure(f"drain of {count:,} due timers, tuned: {TUNED_LABEL}", "fires/s", ">= 60,000 (ours)")
+        tuned_exact = result.figure(f"tuned ({TUNED_LABEL}): log holds exactly the txns", "")
+        tuned_linear = result.figure(f"tuned ({TUNED_LABEL}): lag curve R^2", "", ">= 0.98")
+        tuned_peak = result.figure(f"tuned ({TUNED_LABEL}): peak RSS per process", "MiB")
+        for _, figures in each_system((OURS,), lambda service: measure_one(service, tuned),
+                                      queen_settings=TUNED_SETTINGS):
+            result.details[tuned] = {"settings": TUNED_SETTINGS, **figures}
+            tuned_rate.values[OURS] = figures["fires_per_s"]
+            tuned_exact.values[OURS] = figures["exactly_once"]
+            tuned_linear.values[OURS] = figures["lag_curve_fit"]["r2"]
+            tuned_peak.values[OURS] = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in figures["peak_rss_bytes"].items())
     png = results_dir(quick) / f"{today()}-due_million.png"
     drain_lag_curve(curves, count, png)
     result.plots.append(str(png))

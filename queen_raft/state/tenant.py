@@ -55,7 +55,7 @@ from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_P
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, is_int, require
 from .timer_ops import apply_timer_ops, check_quota, validate_timer_ops
-from .timers import FireTally, TimerTable, fire
+from .timers import FireTally, TimerTable, fire, peek_timer
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
 
@@ -348,7 +348,7 @@ class TenantState:
 
     def peek_timer(self, queue: str, timer_key: str) -> dict | None:
         timer = self.timers.get(queue, timer_key)
-        return None if timer is None else timer.peek()
+        return None if timer is None else peek_timer(timer)
 
     def list_timers(self, queue: str, after: str | None = None, limit: int | None = None) -> dict:
         return self.timers.list(queue, after, clamp_limit(limit))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .limits import DEFAULT_PARTITION, MAX_DELAY_MS
 from .refusal import Refusal, is_int, require
-from .timers import Timer, TimerTable
+from .timers import T_DELIVER_AT, T_TXN, Timer, TimerTable
 
 SCHEDULE_OPS = frozenset({"schedule", "reschedule"})
 
@@ -100,16 +100,17 @@ def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None
                 continue
             table.remove(timer)
             results.append({"ok": True, "status": "cancelled", "queue": queue, "timerKey": key,
-                            "txn": timer.txn if txn is None else txn})
+                            "txn": timer[T_TXN] if txn is None else txn})
             continue
         timer, replaced = table.upsert(
             queue, key, op.get("partition", DEFAULT_PARTITION), now + op["delayMs"], op["txn"],
             op["messageId"], op["payload"], op.get("payloadZstd", False),
             op.get("encrypted", False), producer_sub, now)
         billed += 1
-        if timer.deliver_at <= now:
+        if timer[T_DELIVER_AT] <= now:
             due_now.append(timer)
         results.append({"ok": True, "status": "rescheduled" if replaced else "scheduled",
                         "queue": queue, "timerKey": key, "txn": op["txn"],
-                        "messageId": op["messageId"], "deliverAt": timer.deliver_at})
+                        "messageId": op["messageId"], "deliverAt": timer[T_DELIVER_AT]})
+    table.commit_staged()
     return results, due_now, billed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import zstandard
 
 from queen_raft.state import TenantState
+from queen_raft.state.timers import T_ATTEMPTS, T_DUE_AT
 
 T0 = 1_700_000_000_000
 
@@ -303,8 +304,11 @@ def test_a_huge_max_attempts_keeps_backing_off_at_the_cap():
     state.apply({"op": "timers", "now": T0, "producerSub": "s", "maxPending": None,
                  "policy": policy, "ops": [schedule("q", "bad", 0, payload=b"x", zstd=True)]})
     timer = state.timers.get("q", "bad")
-    timer.attempts = 10_000_000  # as if it had failed that often
-    now = timer.due_at
+    # As if it had failed that often (a timer is an immutable tuple: swap in the changed one).
+    state.timers.remove(timer)
+    timer = timer[:T_ATTEMPTS] + (10_000_000,) + timer[T_ATTEMPTS + 1:]
+    state.timers.insert(timer)
+    now = timer[T_DUE_AT]
     tick(state, now, **policy)
     assert state.peek_timer("q", "bad")["dueAt"] == now + 60_000
 

@@ -241,3 +241,22 @@ def test_timers_are_per_queue():
     timers(state, T0, cancel("q1", "k"))
     assert state.peek_timer("q2", "k")["txn"] == "b"
     assert [row["timerKey"] for row in state.list_timers("q1", None, 10)["rows"]] == []
+
+
+def test_pending_timers_leave_the_cyclic_collector_alone():
+    """A million pending timers must not be walked by every full collection (timers.py layout):
+    each timer, scheduled, rescheduled, failed back into the table or restored, is a plain tuple
+    of atoms that the collector untracks."""
+    import gc
+
+    state = TenantState()
+    timers(state, T0, schedule("q", "plain"), schedule("q", "moved"),
+           schedule("q", "broken", delay=0, payloadZstd=True))
+    timers(state, T0, schedule("q", "moved", delay=99, op="reschedule"))
+    restored = TenantState.restore(state.snapshot())
+    gc.collect()
+    for table in (state.timers, restored.timers):
+        for key in ("plain", "moved", "broken"):
+            timer = table.get("q", key)
+            assert type(timer) is tuple and not gc.is_tracked(timer), key
+    assert state.peek_timer("q", "broken")["attempts"] == 1

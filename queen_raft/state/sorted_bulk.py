@@ -1,0 +1,129 @@
+"""Bulk changes of a SortedList, one call per entry instead of one per timer (fire and schedule).
+
+A tick removes up to a fire batch of timers from the due index (always a prefix) and their keys
+from each queue's key index (scattered, but known in order). SortedList removes one value per
+call, each a Python frame that walks its positional index and shifts a sublist; at a few thousand
+fires per entry on every replica that was a third of the fire cost. A `timers` entry adds up to
+its op count of timers and keys, sorted first, in one pass (`insert_sorted`).
+
+These functions work on sortedcontainers' internals (`_lists`, `_maxes`, `_index`, `_len`, `_load`,
+`_expand`; stable since 2.0, the version range is pinned in pyproject.toml) and leave its
+invariants as SortedList's own methods would: the sublists sorted and ordered, `_maxes` the last
+value of each, every sublist but the last at least half the load and at most twice it, and the
+positional index dropped (SortedList rebuilds it on the next positional access; the fire and
+schedule paths make none). tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from sortedcontainers import SortedList
+
+
+def drop_first(entries: SortedList, count: int) -> None:
+    """`del entries[:count]`: whole sublists dropped, the first one sliced."""
+    if count <= 0:
+        return
+    if count >= len(entries):
+        entries.clear()
+        return
+    lists, maxes = entries._lists, entries._maxes
+    remaining = count
+    while remaining >= len(lists[0]):
+        remaining -= len(lists[0])
+        del lists[0]
+        del maxes[0]
+    if remaining:
+        del lists[0][:remaining]
+    entries._len -= count
+    _rebalance(entries)
+
+
+def remove_sorted(entries: SortedList, values: list) -> None:
+    """Remove `values`: each present in `entries` exactly once, given in ascending order.
+
+    A sublist at a time: the values that fall in it are found with one bisect of `values`, and
+    when they sit side by side there (the usual case: a tick fires a run of keys) they go in one
+    slice delete; otherwise one at a time, from the highest, so the positions stay valid.
+    """
+    lists, maxes = entries._lists, entries._maxes
+    touched: list[int] = []  # positions of the sublists changed, ascending
+    pos = 0
+    first = 0
+    while first < len(values):
+        # Sublists are visited in ascending order and `maxes` is updated only at the end, so
+        # every bisect here sees the original maxima.
+        pos = bisect_left(maxes, values[first], pos)
+        sublist = lists[pos]
+        end = bisect_right(values, maxes[pos], first)
+        start = bisect_left(sublist, values[first])
+        count = end - first
+        if sublist[start + count - 1] == values[end - 1]:
+            del sublist[start:start + count]
+        else:
+            for index in range(end - 1, first - 1, -1):
+                del sublist[bisect_left(sublist, values[index], start)]
+        touched.append(pos)
+        first = end
+    for pos in reversed(touched):
+        sublist = lists[pos]
+        if sublist:
+            maxes[pos] = sublist[-1]
+        else:
+            del lists[pos]
+            del maxes[pos]
+    entries._len -= len(values)
+    _rebalance(entries)
+
+
+def _rebalance(entries: SortedList) -> None:
+    """Merge every sublist but the last that fell under half the load into its successor
+    (splitting the result when it exceeds twice the load), and drop the positional index."""
+    del entries._index[:]
+    lists, maxes = entries._lists, entries._maxes
+    half = entries._load >> 1
+    if len(lists) < 2 or min(map(len, lists[:-1])) >= half:
+        return
+    pos = 0
+    while pos < len(lists) - 1:
+        if len(lists[pos]) >= half:
+            pos += 1
+            continue
+        lists[pos].extend(lists[pos + 1])
+        del lists[pos + 1]
+        del maxes[pos]  # the merged sublist ends where its successor ended
+        entries._expand(pos)  # splits it in two when over twice the load; the index is empty
+
+
+def insert_sorted(entries: SortedList, values: list) -> None:
+    """Add `values`: none of them present in `entries` (nor twice), given in ascending order."""
+    if not values:
+        return
+    lists, maxes = entries._lists, entries._maxes
+    if not lists:
+        entries.update(values)
+        return
+    load = entries._load
+    last = len(lists) - 1
+    touched: list[int] = []  # positions of the sublists changed, ascending
+    pos = 0
+    for value in values:
+        # Inserting below a sublist's maximum leaves `maxes` as it was; only the last sublist's
+        # maximum moves (kept up to date here), so the search stays exact.
+        pos = bisect_right(maxes, value, pos)
+        if pos > last:
+            pos = last
+            lists[pos].append(value)
+            maxes[pos] = value
+        else:
+            insort(lists[pos], value)
+        if not touched or touched[-1] != pos:
+            touched.append(pos)
+    entries._len += len(values)
+    for pos in reversed(touched):
+        sublist = lists[pos]
+        if len(sublist) > load << 1:
+            chunks = [sublist[start:start + load] for start in range(0, len(sublist), load)]
+            lists[pos:pos + 1] = chunks
+            maxes[pos:pos + 1] = [chunk[-1] for chunk in chunks]
+    _rebalance(entries)

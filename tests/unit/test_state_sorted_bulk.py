@@ -1,0 +1,120 @@
+"""The bulk removals of the fire path leave a SortedList exactly as one-by-one removals would:
+same values, same order, and sortedcontainers' own invariant check (`_check`) passes, so every
+later SortedList operation (add, remove, bisect, positional access) keeps working."""
+
+import random
+
+import pytest
+from sortedcontainers import SortedList
+
+from queen_raft.state.sorted_bulk import drop_first, insert_sorted, remove_sorted
+
+# Small loads make sublists split and merge after a handful of values; the default load (1000)
+# is what the state runs with.
+LOADS = [4, 5, 8, 1000]
+
+
+def filled(load: int, values: list) -> SortedList:
+    entries = SortedList()
+    entries._reset(load)
+    entries.update(values)
+    return entries
+
+
+def check_after(entries: SortedList, expected: list) -> None:
+    entries._check()
+    assert list(entries) == expected
+    assert len(entries) == len(expected)
+    # Positional access rebuilds the index that the bulk removal dropped.
+    for index in range(0, len(expected), max(1, len(expected) // 7)):
+        assert entries[index] == expected[index]
+        assert entries.index(expected[index]) == index
+    # And the list keeps taking values.
+    entries.add(-1)
+    entries.add(10**9)
+    entries._check()
+    assert entries[0] == -1 and entries[-1] == 10**9
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_drop_first_equals_deleting_a_prefix(load):
+    rng = random.Random(load)
+    for _ in range(200):
+        values = sorted(rng.sample(range(100_000), rng.randint(0, 3000 if load == 1000 else 200)))
+        entries = filled(load, values)
+        if rng.random() < 0.5 and values:
+            # A positional read first, so the index exists and must be dropped.
+            assert entries[len(values) // 2] == values[len(values) // 2]
+        count = rng.choice([0, 1, 2, load // 2, load, 2 * load + 1, len(values) // 2,
+                            len(values), len(values) + 3, rng.randint(0, len(values) + 1)])
+        drop_first(entries, count)
+        check_after(entries, values[count:])
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_remove_sorted_equals_removing_each(load):
+    rng = random.Random(load * 31)
+    for _ in range(200):
+        values = sorted(rng.sample(range(100_000), rng.randint(1, 3000 if load == 1000 else 200)))
+        entries = filled(load, values)
+        if rng.random() < 0.5:
+            assert entries[len(values) // 3] == values[len(values) // 3]
+        shape = rng.choice(["scattered", "run", "all", "one", "ends"])
+        if shape == "scattered":
+            gone = sorted(rng.sample(values, rng.randint(1, len(values))))
+        elif shape == "run":
+            start = rng.randrange(len(values))
+            gone = values[start:start + rng.randint(1, 3 * load)]
+        elif shape == "all":
+            gone = list(values)
+        elif shape == "one":
+            gone = [rng.choice(values)]
+        else:
+            gone = sorted({values[0], values[-1]})
+        remove_sorted(entries, gone)
+        dropped = set(gone)
+        check_after(entries, [value for value in values if value not in dropped])
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_insert_sorted_equals_adding_each(load):
+    rng = random.Random(load * 17)
+    for _ in range(200):
+        universe = rng.sample(range(100_000), rng.randint(1, 6000 if load == 1000 else 400))
+        split = rng.randint(0, len(universe))
+        present, new = sorted(universe[:split]), universe[split:]
+        shape = rng.choice(["scattered", "run", "above", "below", "one"])
+        if shape == "run" and new:
+            low = rng.choice(new)
+            new = [value for value in new if low <= value < low + 2000]
+        elif shape == "above":
+            top = max(present, default=-1)
+            new = [value for value in new if value > top]
+        elif shape == "below":
+            bottom = min(present, default=100_000)
+            new = [value for value in new if value < bottom]
+        elif shape == "one":
+            new = new[:1]
+        entries = filled(load, present)
+        if rng.random() < 0.5 and present:
+            assert entries[len(present) // 2] == present[len(present) // 2]
+        insert_sorted(entries, sorted(new))
+        check_after(entries, sorted(present + new))
+
+
+def test_remove_sorted_of_nothing_changes_nothing():
+    entries = filled(4, list(range(20)))
+    remove_sorted(entries, [])
+    check_after(entries, list(range(20)))
+
+
+def test_works_on_the_state_s_tuples():
+    """The due index holds tuples ordered by (dueAt, queue, timerKey)."""
+    values = sorted((due, queue, f"k{n}") for n, (due, queue) in
+                    enumerate((d % 7, q) for d in range(300) for q in ("a", "b")))
+    entries = filled(8, values)
+    drop_first(entries, 37)
+    remove_sorted(entries, values[40:300:3])
+    expected = [v for i, v in enumerate(values) if i >= 37 and not (40 <= i < 300 and (i - 40) % 3 == 0)]
+    entries._check()
+    assert list(entries) == expected
