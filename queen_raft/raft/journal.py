@@ -163,6 +163,8 @@ class CompactionGuardedJournal(FileJournal):
         self.journal_path = journalFile
         self.full_dump_file = fullDumpFile
         self.compactions_refused = 0
+        # Command bytes added since this journal was opened (never decreases): bursts of writes.
+        self.bytes_appended = 0
         self.pages_released = 0
         self._released_until = 0
         self.reconciled_with_snapshot = False
@@ -264,6 +266,7 @@ class CompactionGuardedJournal(FileJournal):
         self._terms.append(term)
         self._FileJournal__currentOffset = offset + len(record)
         self._FileJournal__setLastRecordOffset(self._FileJournal__currentOffset)
+        self.bytes_appended += len(record) - RECORD_OVERHEAD_BYTES
         self._release_pages_behind()
 
     def clear(self):
