@@ -21,7 +21,6 @@ pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import math
 import threading
@@ -52,10 +51,10 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def _load_malloc_trim():
-    """glibc's malloc_trim, or None (another libc: nothing to trim this way)."""
+    """glibc's malloc_trim, or None (another libc: nothing to trim this way). Looked up among the
+    symbols already loaded into the process (CDLL(None)): find_library would run ldconfig."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
