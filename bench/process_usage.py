@@ -31,6 +31,19 @@ def rss_bytes(pid: int) -> int:
     return _status_kib(pid, "VmRSS") * 1024
 
 
+def resident_breakdown(pid: int) -> dict[str, int]:
+    """Resident bytes by kind (/proc/PID/smaps_rollup): `rss` in all; `anonymous`, the process's own
+    heap and stacks; `file_backed`, pages of mapped files (rss less anonymous), which are page cache
+    the kernel can reclaim once clean (the Raft journal's mmap, the interpreter's libraries)."""
+    found = {}
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            fields = line.split()
+            if len(fields) == 3 and fields[2] == "kB" and fields[0] in ("Rss:", "Anonymous:"):
+                found[fields[0].rstrip(":").lower()] = int(fields[1]) * 1024
+    return {"rss": found["rss"], "anonymous": found["anonymous"], "file_backed": found["rss"] - found["anonymous"]}
+
+
 def peak_rss_bytes(pid: int) -> int:
     """The high-water mark of the resident set since the process started (VmHWM)."""
     return _status_kib(pid, "VmHWM") * 1024

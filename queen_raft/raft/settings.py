@@ -33,6 +33,17 @@ COMMANDS_QUEUE_SIZE = 100_000
 # in RAM, journal offsets uint32 = 4 GiB) grow unbounded. Force a compaction past this many bytes.
 LOG_COMPACTION_MAX_BYTES = 256 * MiB
 
+# glibc's malloc keeps the pages a burst of writes freed (message buffers, decoded commands, dict
+# tables the state outgrew) inside its heaps; malloc_trim(0) gives whole free pages back. Measured
+# with three in-process groups after 200,000 timers in 256-op entries: 9.7 MB (16 B per timer per
+# node) returned in 1.5 ms. The transport trims once a burst that appended at least
+# HEAP_TRIM_AFTER_LOG_BYTES of log has been quiet for HEAP_TRIM_IDLE_S (trimming mid-burst would
+# only give back pages the burst takes again), and at most every HEAP_TRIM_MIN_INTERVAL_S per process
+# (one trim walks every arena, for all the groups of the process).
+HEAP_TRIM_AFTER_LOG_BYTES = 4 * MiB
+HEAP_TRIM_IDLE_S = 1.0
+HEAP_TRIM_MIN_INTERVAL_S = 10.0
+
 # Compaction also happens on time; 300 s is pysyncobj's default and bounds replay on restart.
 LOG_COMPACTION_MIN_TIME_S = 300
 

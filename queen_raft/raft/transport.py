@@ -11,13 +11,19 @@
   before poll(), so the leader's own entries are durable before the next tick's commit scan counts
   the leader itself.
 
+- Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
+  burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
+
 It overrides TCPTransport._connectIfNecessarySingle, _onIncomingMessageReceived, send and _onTick of
 pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import math
+import threading
 from collections import deque
 
 from pysyncobj.dns_resolver import globalDnsResolver
@@ -26,7 +32,12 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.journal import GroupCommitJournal
-from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
+from queen_raft.raft.settings import (
+    HEAP_TRIM_AFTER_LOG_BYTES,
+    HEAP_TRIM_IDLE_S,
+    HEAP_TRIM_MIN_INTERVAL_S,
+    LOG_COMPACTION_MAX_BYTES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +50,71 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _load_malloc_trim():
+    """glibc's malloc_trim, or None (another libc: nothing to trim this way). Looked up among the
+    symbols already loaded into the process (CDLL(None)): find_library would run ldconfig."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+class HeapTrimmer:
+    """malloc_trim(0) for the whole process, at most once every min_interval_s (every group's
+    transport asks; one trim serves them all). ctypes releases the GIL during the call."""
+
+    def __init__(self, min_interval_s: float = HEAP_TRIM_MIN_INTERVAL_S, trim=None) -> None:
+        self.min_interval_s = min_interval_s
+        self._trim = _load_malloc_trim() if trim is None else trim
+        self._lock = threading.Lock()
+        self._last_at = -math.inf
+        self.trims = 0
+
+    def trim(self, now: float) -> bool:
+        if self._trim is None:
+            return False
+        with self._lock:
+            if now - self._last_at < self.min_interval_s:
+                return False
+            self._last_at = now
+        self._trim(0)
+        self.trims += 1
+        return True
+
+
+PROCESS_HEAP_TRIMMER = HeapTrimmer()
+
+
+class BurstEndWatch:
+    """Says when a burst that appended at least `min_bytes` to the journal has been quiet for
+    `idle_s`: the moment the pages it freed can go back to the system."""
+
+    def __init__(self, min_bytes: int = HEAP_TRIM_AFTER_LOG_BYTES, idle_s: float = HEAP_TRIM_IDLE_S) -> None:
+        self.min_bytes = min_bytes
+        self.idle_s = idle_s
+        self._seen_bytes = 0
+        self._last_append_at = -math.inf
+        self._ended_at_bytes = 0
+
+    def burst_ended(self, appended_bytes: int, now: float) -> bool:
+        if appended_bytes != self._seen_bytes:
+            self._seen_bytes = appended_bytes
+            self._last_append_at = now
+            return False
+        if appended_bytes - self._ended_at_bytes < self.min_bytes or now - self._last_append_at < self.idle_s:
+            return False
+        self._ended_at_bytes = appended_bytes
+        return True
+
+
 class GroupTransport(TCPTransport):
+    heap_trimmer = PROCESS_HEAP_TRIMMER
+    # Set by __init__; stays None in a transport a test assembles without it (no trimming there).
+    _burst_end: BurstEndWatch | None = None
+
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False):
         # Set before super().__init__(): it adds the nodes and creates the server.
         self.dial_map: dict[str, str] = dial_map if dial_map is not None else {}
@@ -54,6 +129,7 @@ class GroupTransport(TCPTransport):
             self.group_commit_journal = journal
         self._held: dict[object, deque] = {}
         self.handshakes_refused = 0
+        self._burst_end = BurstEndWatch()
         super().__init__(syncObj, selfNode, otherNodes)
 
     # -- dial map ---------------------------------------------------------------------------------
@@ -124,7 +200,16 @@ class GroupTransport(TCPTransport):
             # Takes effect at the next tick's compaction check; while a dump is running it is a no-op.
             self._syncObj.forceLogCompaction()
             self.compaction_requests += 1
+        self._trim_heap_after_a_burst()
         super()._onTick()
+
+    def _trim_heap_after_a_burst(self) -> None:
+        watch = self._burst_end
+        if watch is None:
+            return
+        now = monotonic_time()
+        if watch.burst_ended(getattr(self.journal, "bytes_appended", 0), now):
+            self.heap_trimmer.trim(now)
 
     def _wake_single_node_commit(self) -> None:
         # A group without peers commits its own entries at the next tick's commit scan, and no
