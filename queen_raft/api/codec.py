@@ -13,12 +13,16 @@ class PayloadDecodeError(ValueError):
 
 
 def decode_base64(text: Any) -> bytes:
-    """Strict base64 (standard alphabet, padding required): a typo must be a 400, not silent garbage."""
+    """Strict base64 (standard alphabet, padding required): a typo must be a 400, not silent garbage.
+
+    binascii's strict mode is what base64.b64decode(validate=True) calls, without its Python-level
+    wrapping (a third of this function's cost on a 256-op schedule); a non-ASCII character is its
+    ValueError, as it was the ASCII encode's."""
     if not isinstance(text, str):
         raise PayloadDecodeError("must be a base64 string")
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
+        return binascii.a2b_base64(text, strict_mode=True)
+    except ValueError:  # binascii.Error, or a character past ASCII
         raise PayloadDecodeError("is not valid base64") from None
 
 

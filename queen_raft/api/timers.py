@@ -14,7 +14,7 @@ from queen_raft.api.encryption import encryption_unavailable
 from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_message_ids
-from queen_raft.api.requests import is_int, json_body, json_response, query_int
+from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.config import Settings
 
@@ -32,7 +32,7 @@ SCHEDULE_REQUIRED = frozenset({"op", "queue", "timerKey", "delayMs", "txn", "pay
 SCHEDULE_OPTIONAL = frozenset({"partition", "payloadZstd", "encrypted"})
 SCHEDULE_OPS = ("schedule", "reschedule")
 SCHEDULE_FIELDS = SCHEDULE_REQUIRED | SCHEDULE_OPTIONAL
-# The fast path of parse_timer_op relies on this: a field set inside SCHEDULE_FIELDS holds no
+# The field-name shortcut of parse_timer_op relies on this: a field set inside SCHEDULE_FIELDS holds no
 # server-owned field and no "_" name.
 assert not SCHEDULE_FIELDS & SERVER_OWNED_FIELDS and not any(name.startswith("_") for name in SCHEDULE_FIELDS)
 CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
@@ -62,7 +62,43 @@ def _non_empty_string(op: dict, name: str, where: str) -> str:
 
 def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
     """One operation, checked whole; the result is the command's op (messageId added at propose)."""
-    where = where or f"operations[{index}]"
+    parsed = _parse_plain_schedule(raw)
+    if parsed is not None:
+        return parsed
+    return _parse_timer_op_checked(raw, where or f"operations[{index}]")
+
+
+def _parse_plain_schedule(raw: Any) -> dict | None:
+    """The common case, a well-formed schedule of plain JSON values, checked in one expression:
+    the op `_parse_timer_op_checked` returns for it, or None for anything else (which that then
+    refuses with its message, or accepts). 2 us an op of a 256-op call went to the checked path's
+    calls and messages; this takes ~1."""
+    if type(raw) is not dict:
+        return None
+    keys = raw.keys()
+    if not (raw.get("op") in SCHEDULE_OPS and SCHEDULE_REQUIRED <= keys and keys <= SCHEDULE_FIELDS):
+        return None
+    queue, timer_key, delay, txn, payload_text = raw["queue"], raw["timerKey"], raw["delayMs"], raw["txn"], raw["payload"]
+    partition = raw.get("partition", DEFAULT_PARTITION)
+    payload_zstd = raw.get("payloadZstd", False)
+    encrypted = raw.get("encrypted", False)
+    if not (type(queue) is str and queue and type(timer_key) is str and timer_key and type(txn) is str and txn
+            and type(delay) is int and -JSON_SAFE_INT <= delay <= JSON_SAFE_INT
+            and type(partition) is str and partition and type(payload_zstd) is bool and type(encrypted) is bool
+            and type(payload_text) is str):
+        return None
+    try:
+        payload = decode_base64(payload_text)
+    except PayloadDecodeError:
+        return None
+    return {
+        "op": raw["op"], "queue": queue, "timerKey": timer_key, "partition": partition, "delayMs": delay,
+        "txn": txn, "payload": payload, "payloadZstd": payload_zstd, "encrypted": encrypted,
+    }
+
+
+def _parse_timer_op_checked(raw: Any, where: str) -> dict:
+    """Every check in SPEC order, each failure a 400 naming the field."""
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
     op = raw.get("op")

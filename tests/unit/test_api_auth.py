@@ -12,6 +12,7 @@ from aiohttp.test_utils import make_mocked_request
 from queen_raft.api.auth import ALLOWED_LEVELS, Access, authenticate, authorize
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, json_value_to_bytes, payload_fields
 from queen_raft.api.errors import ApiError
+from queen_raft.api import ids
 from queen_raft.api.ids import uuid7, uuid7_batch
 from queen_raft.api.rate_limit import TenantRateLimiter
 from test_api_fake_group import TOKENS, cluster_config
@@ -92,6 +93,16 @@ def test_uuid7_batch_ids_are_uuid7s_of_one_instant_and_distinct():
         assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
         assert int(parsed.hex[:12], 16) == 1_700_000_000_123
     assert uuid7_batch(0) == []
+
+
+def test_uuid7_batch_cuts_the_same_text_uuid7_builds_from_the_same_bytes(monkeypatch):
+    """The batch is cut from the pool's hex; each id must be what the integer form makes of its bytes."""
+    pool = bytes(range(256)) * 4 + bytes(range(255, -1, -1)) * 4
+    monkeypatch.setattr(ids.os, "urandom", lambda n: pool[:n])
+    batch = uuid7_batch(len(pool) // ids.RANDOM_BYTES_PER_ID, 1_700_000_000_123)
+    expected = [ids._uuid7_text(1_700_000_000_123, int.from_bytes(pool[i:i + ids.RANDOM_BYTES_PER_ID], "big"))
+                for i in range(0, len(batch) * ids.RANDOM_BYTES_PER_ID, ids.RANDOM_BYTES_PER_ID)]
+    assert batch == expected
 
 
 def test_base64_is_strict():

@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from queen_raft.api.timers import SERVER_OWNED_FIELDS, parse_timer_ops
+from queen_raft.api.timers import SERVER_OWNED_FIELDS, _parse_timer_op_checked, parse_timer_op, parse_timer_ops
 from queen_raft.api.errors import ApiError
 from queen_raft.raft import GroupUnavailable
 from test_api_fake_group import START_MS, ApiHarness
@@ -389,3 +391,33 @@ def test_timer_op_counts_are_tallied_per_op_and_status():
     assert 'queen_timers_ops_total{op="cancel",status="absent",tenant="acme"} 1.0' in text
     assert 'queen_timers_schedule_rejected_total{reason="rate_limited"} 2.0' in text
     assert 'queen_http_request_seconds_bucket{code="200",le="0.0025",route="/api/v1/timers"} 1.0' in text
+
+
+# --- the plain-schedule shortcut of parse_timer_op answers what the checked path does -------------
+
+class _Text(str):
+    """A str subclass: not what JSON gives, but the checked path takes it."""
+
+
+_FIELD_VALUES = st.one_of(
+    st.sampled_from(["", "q", "k", "schedule", "reschedule", "cancel", PAYLOAD, "eyJ", "é", "not base64!", _Text("q")]),
+    st.integers(min_value=-(2**54), max_value=2**54), st.sampled_from([0, 300, 2**53 - 1, 2**53, -(2**53) + 1]),
+    st.booleans(), st.none(), st.floats(allow_nan=False), st.lists(st.integers(), max_size=1),
+)
+_FIELD_NAMES = st.sampled_from(["op", "queue", "timerKey", "delayMs", "txn", "payload", "partition", "payloadZstd",
+                                "encrypted", "color", "messageId", "_x"])
+
+
+def _outcome(parse, raw):
+    try:
+        return "op", parse(raw)
+    except ApiError as error:
+        return "refused", (error.status, error.code, error.message)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.dictionaries(_FIELD_NAMES, _FIELD_VALUES, max_size=2).map(lambda f: dict(schedule(), **f)),
+                 st.dictionaries(_FIELD_NAMES, _FIELD_VALUES, max_size=10)))
+def test_parse_timer_op_answers_what_the_checked_path_answers(raw):
+    """A valid schedule with one or two fields changed, or any mix of fields."""
+    assert _outcome(lambda r: parse_timer_op(r, 3), raw) == _outcome(lambda r: _parse_timer_op_checked(r, "operations[3]"), raw)

@@ -1,0 +1,34 @@
+"""The node process's garbage-collection policy (queen_raft/node.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from queen_raft.node import GC_THRESHOLDS, configure_gc
+
+
+@pytest.fixture
+def restored_gc():
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_configure_gc_freezes_the_startup_heap_and_delays_full_collections(restored_gc):
+    startup_object = {"restored": ["state"]}
+    gc.unfreeze()
+    configure_gc()
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_freeze_count() > 0
+    assert not any(obj is startup_object for obj in gc.get_objects())  # frozen: no collection walks it
+
+
+def test_cyclic_garbage_made_after_startup_is_still_collected(restored_gc):
+    configure_gc()
+    cycle = []
+    cycle.append(cycle)
+    del cycle
+    assert gc.collect() >= 1
