@@ -7,6 +7,8 @@ import binascii
 import json
 from typing import Any
 
+from queen_raft.api.wire_json import finite_float
+
 
 class PayloadDecodeError(ValueError):
     pass
@@ -46,7 +48,7 @@ def _refuse_non_json_constant(name: str) -> Any:
 # NaN and Infinity are Python's extensions, not JSON: bytes holding one (a timer's or a payloadB64
 # push's payload may) are not a JSON payload, and decoding them as one put NaN, invalid JSON, in
 # the answer. Built once, like the body decoder.
-_PAYLOAD_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant)
+_PAYLOAD_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant, parse_float=finite_float)
 
 
 def payload_fields(data: bytes) -> dict[str, Any]:

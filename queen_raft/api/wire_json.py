@@ -20,6 +20,7 @@ so what a client sends and receives means what it did before:
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import orjson
@@ -42,15 +43,26 @@ def _refuse_non_json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def finite_float(text: str) -> float:
+    """A JSON number as a float, refusing one that overflows to infinity (1e400): Python would
+    read it as inf and write it back as `Infinity`, which is not JSON, into a stored payload and
+    every answer that carries it."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is too large for a double")
+    return value
+
+
 # Built once: json.loads with parse_constant constructs a decoder and its scanner on every call.
 # Decoding the bytes first, with json.detect_encoding, is what json.loads does with bytes.
-_STDLIB_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant)
+_STDLIB_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant, parse_float=finite_float)
 # Likewise for answers: json.dumps with separators builds an encoder per call.
 _STDLIB_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def stdlib_loads(raw: bytes) -> Any:
-    """The reference reading: json.loads of bytes, NaN and Infinity refused. Raises ValueError
+    """The reference reading: json.loads of bytes, NaN, Infinity and numbers that overflow to
+    infinity refused. Raises ValueError
     (UnicodeDecodeError, JSONDecodeError) or RecursionError."""
     return _STDLIB_DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
 

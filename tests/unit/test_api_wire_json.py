@@ -76,8 +76,17 @@ def test_loads_reads_what_orjson_alone_would_not(raw, expected):
     assert value == expected and type(value) is type(expected)
 
 
-def test_loads_keeps_the_stdlibs_reading_of_a_huge_exponent():
-    assert wire_json.loads(b"[1e400]") == [math.inf]
+@pytest.mark.parametrize("raw", [b"[1e400]", b"-1e400", b'{"payload": 1.5e999}'])
+def test_loads_refuses_a_number_that_overflows_to_infinity(raw):
+    # Read as inf it would be stored and answered as `Infinity`, which is not JSON.
+    with pytest.raises(ValueError):
+        wire_json.loads(raw)
+
+
+def test_a_stored_payload_holding_a_huge_exponent_is_answered_as_bytes():
+    from queen_raft.api.codec import payload_fields
+    assert payload_fields(b"1e400") == {"payloadB64": "MWU0MDA="}
+    assert payload_fields(b"[1.5]") == {"payload": [1.5]}
 
 
 @pytest.mark.parametrize("raw", [b"NaN", b"[Infinity]", b"[1,]", b"", b"[" * 5000])
