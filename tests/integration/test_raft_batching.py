@@ -136,3 +136,29 @@ async def test_a_mixed_burst_batches_and_every_replica_applies_it_identically(tm
         for member in members:
             await member.stop()
             member.destroy()
+
+
+async def test_ticks_go_alone_at_once_even_while_the_batcher_holds_everything(tmp_path):
+    addr = f"127.0.0.1:{next(_PORTS)}"
+    group = TenantGroup("t", addr, [addr], str(tmp_path), RaftSettings(tick_ms=1000, min_gap_ms=1),
+                        TimerLogState, TimerLogState.restore)
+    loop = asyncio.get_running_loop()
+    try:
+        group.start_tick_loop(loop)
+        await wait_until(lambda: group.is_leader, ELECTION_WAIT_S)
+        await group.propose({"op": "timer", "key": "due", "delayMs": 200})
+        ticks = []
+        group.on_tick_result = lambda result, lags: ticks.append(result)
+        # From now on the batcher holds every command forever (as behind entries that never commit).
+        held = []
+        group._batcher.add = lambda entry, future, timeout_s: held.append(entry)
+        write = loop.create_task(group.propose({"op": "set", "key": "k", "value": 1}))
+        await wait_until(lambda: held, 1.0)
+        await wait_until(lambda: ticks, 2.0)  # the tick did not go through the batcher
+        assert ticks[0]["fired"] == 1
+        assert [f[0] for f in group.peek_local(lambda s: s.fired)] == ["due"]
+        assert not write.done()
+        write.cancel()
+        await group.stop()
+    finally:
+        group.destroy()
