@@ -284,7 +284,16 @@ class TenantGroup:
             "commitIndex": so.raftCommitIndex,
             "appliedIndex": so.raftLastApplied,
             "appendEntries": so.append_counters(),
+            "proposals": self._proposal_counters(),
         }
+
+    def _proposal_counters(self) -> dict:
+        """This node's batching: entries it proposed through the batcher and the commands they carried."""
+        batcher = self._batcher
+        if batcher is None:
+            return {"entries": 0, "commands": 0, "held": 0}
+        return {"entries": batcher.entries_proposed, "commands": batcher.commands_proposed,
+                "held": batcher.commands_held}
 
     def _on_state_changed(self, old: int, new: int) -> None:
         # Tick thread, inside pysyncobj's __setState: only hand over to the loop, never wait.

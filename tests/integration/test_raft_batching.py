@@ -114,7 +114,8 @@ async def test_a_mixed_burst_batches_and_every_replica_applies_it_identically(tm
         assert len(set(applied_numbers)) == len(applied_numbers)
         # Coalesced on both nodes: the follower forwarded batches, not one message per command.
         for group in (leader, follower):
-            assert group._batcher.entries_proposed < group._batcher.commands_proposed, vars(group._batcher)
+            proposals = group.status()["proposals"]
+            assert proposals["entries"] < proposals["commands"], proposals
 
         await wait_until(lambda: len(leader.peek_local(lambda s: s.fired)) == 2 * CALLS_PER_NODE // 5,
                          CONVERGE_WAIT_S)
