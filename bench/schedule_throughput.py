@@ -22,6 +22,22 @@ BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest ba
 # Batches in flight at once: enough to keep the leader's pipeline full (one batch is one entry).
 BATCH_CLIENTS = 4
 FAR_DELAY_MS = 3_600_000
+
+
+def raft_commit_index(service: TimerService) -> int | None:
+    """Ours only: the leader's commit index, to count the log entries a phase wrote (with proposal
+    batching, several single-op calls share one entry)."""
+    status_of = getattr(service, "group_status", None)
+    if status_of is None:
+        return None
+    status = status_of(service.leader()) or {}
+    return status.get("commitIndex")
+
+
+def entries_per_call(before: int | None, after: int | None, calls: int) -> float | None:
+    if before is None or after is None or not calls:
+        return None
+    return round((after - before) / calls, 3)
 DURATION_S = {False: 10.0, True: 3.0}  # per phase: full, --quick
 
 
@@ -43,9 +59,11 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
             await closed_loop(single, SINGLE_OP_CLIENTS, min(1.0, duration / 3))  # warm-up: connections, caches
             cpu = CpuWindow(service.pids)
             cpu.start(time.monotonic())
+            commit_before = raft_commit_index(service)
             with profiled(service, "schedule_single", duration, enabled=profile):
                 single_run = await closed_loop(single, SINGLE_OP_CLIENTS, duration)
             single_cpu = cpu.stop(time.monotonic())
+            single_entries = entries_per_call(commit_before, raft_commit_index(service), single_run.calls)
             cpu.start(time.monotonic())
             with profiled(service, "schedule_batch", duration, enabled=profile):
                 batch_run = await closed_loop(batch, BATCH_CLIENTS, duration)
@@ -55,7 +73,8 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
         return {
             "single_op": {"clients": SINGLE_OP_CLIENTS, "calls_per_s": round(single_run.calls_per_s),
                           "latency_ms": summary(single_run.latencies_ms), "errors": len(single_run.errors),
-                          "error_samples": single_run.errors[:3], "cpu_cores": single_cpu},
+                          "error_samples": single_run.errors[:3], "cpu_cores": single_cpu,
+                          "raft_entries_per_call": single_entries},
             "batched": {"clients": BATCH_CLIENTS, "ops_per_call": BATCH_OPS, "ops_per_s": round(batch_run.ops_per_s),
                         "calls_per_s": round(batch_run.calls_per_s, 1), "latency_ms": summary(batch_run.latencies_ms),
                         "errors": len(batch_run.errors), "error_samples": batch_run.errors[:3], "cpu_cores": batch_cpu},

@@ -26,6 +26,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from queen_raft import clock
 from queen_raft.raft.connection import install_connection_recipe
 from queen_raft.raft.leader_append import CoalescingSyncObj
+from queen_raft.raft.proposal_batch import ProposalBatcher, settle_future
 from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import (
@@ -123,11 +124,6 @@ def is_loopback_host(host: str) -> bool:
 _TIMED_OUT = object()
 
 
-def _settle(future: asyncio.Future, result: Any, error: Any) -> None:
-    if not future.done():
-        future.set_result((result, error))
-
-
 class ResultHandoff:
     """Hands results from pysyncobj's tick thread to the loop, one loop wake-up per batch.
 
@@ -140,8 +136,8 @@ class ResultHandoff:
         self._pending: collections.deque = collections.deque()
         self._drain_scheduled = False
 
-    def put(self, future: asyncio.Future, result: Any, error: int) -> None:  # tick thread
-        self._pending.append((future, result, error))
+    def put(self, settle: Callable[[Any, Any], None], result: Any, error: int) -> None:  # tick thread
+        self._pending.append((settle, result, error))
         if not self._drain_scheduled:
             self._drain_scheduled = True
             try:
@@ -154,7 +150,11 @@ class ResultHandoff:
         self._drain_scheduled = False
         pending = self._pending
         while pending:
-            _settle(*pending.popleft())
+            settle, result, error = pending.popleft()
+            try:
+                settle(result, error)
+            except Exception:  # one bad settle must not strand the results queued behind it
+                log.exception("settling a proposal's answer failed")
 
 
 class TenantGroup:
@@ -198,6 +198,7 @@ class TenantGroup:
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handoff: ResultHandoff | None = None
+        self._batcher: ProposalBatcher | None = None
         self._wake: asyncio.Event | None = None
         self._tick_task: asyncio.Task | None = None
         # Set by stop(): the tick loop ends at its next turn even if a cancellation was lost.
@@ -283,7 +284,16 @@ class TenantGroup:
             "commitIndex": so.raftCommitIndex,
             "appliedIndex": so.raftLastApplied,
             "appendEntries": so.append_counters(),
+            "proposals": self._proposal_counters(),
         }
+
+    def _proposal_counters(self) -> dict:
+        """This node's batching: entries it proposed through the batcher and the commands they carried."""
+        batcher = self._batcher
+        if batcher is None:
+            return {"entries": 0, "commands": 0, "held": 0}
+        return {"entries": batcher.entries_proposed, "commands": batcher.commands_proposed,
+                "held": batcher.commands_held}
 
     def _on_state_changed(self, old: int, new: int) -> None:
         # Tick thread, inside pysyncobj's __setState: only hand over to the loop, never wait.
@@ -320,6 +330,10 @@ class TenantGroup:
             self._loop = loop
             self._wake = asyncio.Event()
             self._handoff = ResultHandoff(loop)
+            # Looks up self._consumer.apply per entry (tests replace it to lose an answer).
+            self._batcher = ProposalBatcher(
+                loop, lambda entry, on_answer: self._consumer.apply(entry, callback=on_answer), self._handoff.put
+            )
         elif self._loop is not loop:
             raise RuntimeError(f"group {self.tenant!r} is bound to another event loop")
 
@@ -330,7 +344,8 @@ class TenantGroup:
         """
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
-    async def _propose(self, command: dict, timeout_s: float) -> dict:
+    async def _propose(self, command: dict, timeout_s: float, alone: bool = False) -> dict:
+        """alone: propose at once as its own entry, outside the batcher (the leader's ticks)."""
         loop = asyncio.get_running_loop()
         self._bind_loop(loop)
         if "now" not in command:
@@ -348,20 +363,25 @@ class TenantGroup:
             # send the call into the void and answer only at the next election. Say so now.
             raise GroupUnavailable("no_leader", detail=f"not connected to the leader {self.leader_addr()}")
         future = loop.create_future()
-        handoff = self._handoff
-
         self._in_flight += 1
         # One timer handle on the future itself: asyncio.wait_for adds a waiter future, a done
         # callback and a cancellation per call (5 % of the loop thread's time under single-op load).
-        timer = loop.call_later(timeout_s, _settle, future, None, _TIMED_OUT)
+        timer = loop.call_later(timeout_s, settle_future, future, None, _TIMED_OUT)
         try:
-            self._consumer.apply(entry, callback=lambda result, error: handoff.put(future, result, error))
+            if alone:
+                handoff, settle = self._handoff, functools.partial(settle_future, future)
+                self._consumer.apply(entry, callback=lambda result, error: handoff.put(settle, result, error))
+            else:
+                # Coalesced with the commands proposed around it into one entry (proposal_batch.py).
+                self._batcher.add(entry, future, timeout_s)
             result, error = await future
         finally:
             timer.cancel()
             self._in_flight -= 1
         if error is _TIMED_OUT:
             raise GroupUnavailable("timeout", detail=f"no commit within {timeout_s * 1000:.0f} ms")
+        if isinstance(error, Exception):  # proposing the entry raised: as it would have for this call alone
+            raise error
         if error != FAIL_REASON.SUCCESS:
             reason = _REASON_BY_FAIL.get(error, "leader_changed")
             raise GroupUnavailable(reason, detail=f"pysyncobj FAIL_REASON {error}")
@@ -557,9 +577,14 @@ class TenantGroup:
         result = None
         try:
             self.ticks_proposed += 1
+            # Alone, never in a batch: a tick must not wait behind the batcher's in-flight bound
+            # (fire lag, and the drain's pipelining at the minimum gap assume it goes at once), and
+            # commands sharing its entry would wait for its fire batch's apply (~5-10 ms at 256).
+            # One entry per tick costs at most one entry per min_gap_ms.
             result = await self._propose(
                 {"op": "tick", "policy": settings.tick_policy},
                 min(TICK_COMMIT_TIMEOUT_S, settings.commit_timeout_ms / 1000),
+                alone=True,
             )
         except GroupUnavailable as exc:
             log.info("group %s: tick not committed: %s", self.tenant, exc)

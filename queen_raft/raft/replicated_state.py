@@ -1,8 +1,12 @@
 """The tenant state as pysyncobj sees it: one replicated method, and snapshots in the state's format.
 
-- `apply(entry: bytes)` is the only replicated method. It decodes msgpack and hands the command to
-  the state under `lock`. It never raises: a replicated method that raises is retried on every tick
-  forever and the group stops applying (research/pysyncobj-measured.md section 4).
+- `apply(entry: bytes)` is the only replicated method (another @replicated method would renumber
+  pysyncobj's funcIDs and break existing journals). It decodes msgpack and hands the command to
+  the state under `lock`. An entry is one command (a msgpack map) or a batch of commands
+  (proposal_batch.py: a msgpack array of single-command entries); a batch applies each of its
+  commands exactly as its own entry would have been applied, in order, and answers the list of their
+  results. It never raises: a replicated method that raises is retried on every tick forever and the
+  group stops applying (research/pysyncobj-measured.md section 4).
 - Fields are assigned after `super().__init__()`: SyncObjConsumer records the attributes that exist
   at its init as "not state" (research: fields set earlier were silently left out of dumps).
 - Snapshots go through pysyncobj's forked path: `_serialize()` runs on the tick thread and only
@@ -19,6 +23,8 @@ from collections.abc import Callable
 
 import msgpack
 from pysyncobj import SyncObjConsumer, replicated
+
+from queen_raft.raft.proposal_batch import decode_batch, is_batch_entry
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,34 @@ class ReplicatedTenantState(SyncObjConsumer):
 
     @replicated
     def apply(self, entry):
+        if is_batch_entry(entry):
+            return self._apply_batch(entry)
+        result, next_due, applied = self._apply_one(entry)
+        if applied:
+            self._report_due(next_due)
+        return result
+
+    def _apply_batch(self, entry) -> list | dict:
+        try:
+            commands = decode_batch(entry)
+        except Exception as exc:  # the same bytes fail alike on every replica: one refusal for all
+            self.internal_errors += 1
+            log.exception("a batch entry did not decode; answering an internal error for all of it")
+            return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+        results = []
+        last_due, any_applied = None, False
+        for command in commands:
+            # Each command alone, as its own entry would be: one's refusal or error is its own.
+            result, next_due, applied = self._apply_one(command)
+            results.append(result)
+            if applied:
+                last_due, any_applied = next_due, True
+        if any_applied:
+            self._report_due(last_due)  # the state after the whole entry is what the tick sleeps on
+        return results
+
+    def _apply_one(self, entry) -> tuple[object, int | None, bool]:
+        """(result, next due instant, whether it applied) of one single-command entry; never raises."""
         try:
             command = decode_command(entry)
             with self.lock:
@@ -70,12 +104,14 @@ class ReplicatedTenantState(SyncObjConsumer):
         except Exception as exc:  # never let a replicated method raise: it wedges the group
             self.internal_errors += 1
             log.exception("apply failed; answering an internal error instead of raising")
-            return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+            return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}, None, False
+        return result, next_due, True
+
+    def _report_due(self, next_due: int | None) -> None:
         try:
             self._on_applied(next_due)
         except Exception:
             log.exception("on_applied hook failed")
-        return result
 
     def _serialize(self):
         return SnapshotBlob(self.state)

@@ -135,10 +135,10 @@ async def test_a_drain_pipelines_ticks_at_the_gap_and_fires_each_timer_once(tmp_
         proposed_at = []
         real_propose = group._propose
 
-        async def observed_propose(command, timeout_s):
+        async def observed_propose(command, timeout_s, **options):
             if command["op"] == "tick":
                 proposed_at.append(time.monotonic())
-            return await real_propose(command, timeout_s)
+            return await real_propose(command, timeout_s, **options)
 
         group._propose = observed_propose
         keys = [f"k{i:03d}" for i in range(100)]
