@@ -289,6 +289,9 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
         code = result["error"]
         if code == "timers_quota_exceeded":
             raise ApiError(403, code, result.get("message") or "the tenant's pending-timer quota is exhausted", hint)
+        if code == "timers_disabled":  # paused by an entry this node had not applied at the gate
+            raise ApiError(503, code, result.get("message") or "an operator paused timer scheduling for this tenant",
+                           {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}, fields={"reason": PAUSED})
         if code == BAD_REQUEST:
             raise ApiError(400, code, result.get("message") or "the batch was refused")
         raise ApiError(500, code, result.get("message") or "the state refused the batch")

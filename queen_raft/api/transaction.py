@@ -180,6 +180,10 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
         return json_response({"success": True, "results": result["results"]})
     if "reason" not in result:  # not a verdict of the transaction: a malformed command, a bug
         raise ApiError(500, result.get("error", "internal"), result.get("message") or "the transaction failed")
+    if result["reason"] == "timers_disabled":  # paused by an entry this node had not applied at the gate
+        serving.metrics.count_schedule_rejected("timers_disabled")
+        raise refused(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
+                      headers=retry_after_header(timers.TIMERS_DISABLED_RETRY_AFTER_S), reason=PAUSED)
     if result["reason"] == "timers_quota_exceeded":
         serving.metrics.count_schedule_rejected("timers_quota_exceeded")
     answer = {"success": False, "reason": result["reason"], "error": result.get("error") or result["reason"]}

@@ -146,6 +146,7 @@ class TenantState:
 
     def _timers(self, command: dict, now: int) -> dict:
         ops = validate_timer_ops(command.get("ops"))
+        self._refuse_schedules_while_paused(ops)
         policy = parse_policy(command.get("policy"), "timers_bad_request")
         producer_sub = command.get("producerSub")
         require(producer_sub is None or isinstance(producer_sub, str), "timers_bad_request",
@@ -153,6 +154,14 @@ class TenantState:
         check_quota(self.timers, ops, command.get("maxPending"))
         results = self._apply_timer_ops(ops, producer_sub, policy, now)
         return {"results": results}
+
+    def _refuse_schedules_while_paused(self, ops: list[dict]) -> None:
+        """An operator's pause holds in log order: every schedule ordered after the pause entry is
+        refused here, whichever node proposed it. The API's gate reads its own replica, which may
+        not have applied the pause yet (a follower a few ms behind); this check is what makes an
+        acknowledged pause refuse the very next schedule. Cancels pass, as SPEC.md says."""
+        if self.scheduling_paused and any(op["op"] != "cancel" for op in ops):
+            raise Refusal("timers_disabled", "an operator paused timer scheduling for this tenant")
 
     def _apply_timer_ops(self, ops: list[dict], producer_sub: str | None, policy: FirePolicy,
                          now: int) -> list[dict]:
@@ -298,6 +307,7 @@ class TenantState:
             validate_kv_op(op, kv_base + index)
         timer_base = kv_base + len(kv_ops)
         validate_timer_ops(timer_ops, "bad_request", timer_base)
+        self._refuse_schedules_while_paused(timer_ops)
 
         # State checks, in the order of the reasons: nothing has changed yet.
         push_indexes = [index for index, op in enumerate(operations) if op["type"] == "push"]

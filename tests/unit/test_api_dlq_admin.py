@@ -142,3 +142,21 @@ async def test_horizon_and_payload_refusals_are_counted():
         assert (await api.call("POST", "/api/v1/timers", json=[big]))[2]["error"] == "payload_too_large"
         assert rejected(api, "timer_horizon_exceeded") == 1 and rejected(api, "payload_too_large") == 1
         assert api.groups["acme"].writes() == []
+
+
+async def test_a_pause_not_yet_applied_by_the_gate_s_replica_is_still_refused_by_the_entry():
+    # The gate reads this node's replica; a follower may not have applied an acknowledged pause
+    # yet. The state refuses schedules ordered after the pause, and the API answers it the same way.
+    from queen_raft.state import TenantState
+    async with ApiHarness() as api:
+        await api.call("POST", "/api/v1/admin/timers/pause", token="acme-admin")
+        stale_replica = TenantState()
+        api.groups["acme"].peek_local = lambda fn: fn(stale_replica)
+        op = {"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 60_000, "payload": "AA==", "txn": "t1"}
+        status, headers, body = await api.call("POST", "/api/v1/timers", json={"operations": [op]})
+        assert (status, body["error"], body["reason"]) == (503, "timers_disabled", "paused")
+        assert int(headers["Retry-After"]) > 0
+        status, headers, body = await api.call("POST", "/api/v1/transaction",
+                                               json={"timers": [op]})
+        assert (status, body["error"], body["reason"]) == (503, "timers_disabled", "paused")
+        assert api.groups["acme"].state.counters()["pendingTimers"] == 0

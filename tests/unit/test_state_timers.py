@@ -171,12 +171,22 @@ def test_metering_bills_schedules_and_reschedules_not_cancels():
     assert state.counters()["billedMessages"] == 3
 
 
-def test_paused_scheduling_does_not_refuse_inside_the_state():
+def test_paused_scheduling_refuses_schedules_in_log_order_and_lets_cancels_pass():
     state = TenantState()
+    timers(state, T0, schedule("q", "held"))
     assert state.apply({"op": "admin", "now": T0, "action": "pause"}) == {"paused": True}
     assert state.scheduling_paused
-    assert timers(state, T0, schedule("q", "k"))["results"][0]["status"] == "scheduled"
+    before = state.snapshot()
+    refused = timers(state, T0, cancel("q", "held"), schedule("q", "k"))
+    assert refused["error"] == "timers_disabled" and "results" not in refused
+    assert state.snapshot() == before  # refused whole: the cancel beside the schedule did nothing
+    inside = state.apply({"op": "transaction", "now": T0, "operations": [], "kv": [],
+                          "timers": [schedule("q", "t")]})
+    assert inside["success"] is False and inside["reason"] == "timers_disabled"
+    assert state.snapshot() == before
+    assert timers(state, T0, cancel("q", "held"))["results"][0]["status"] == "cancelled"
     assert state.apply({"op": "admin", "now": T0, "action": "resume"}) == {"paused": False}
+    assert timers(state, T0, schedule("q", "k"))["results"][0]["status"] == "scheduled"
     assert state.apply({"op": "admin", "now": T0, "action": "nap"})["error"] == "bad_request"
 
 
