@@ -14,10 +14,10 @@ Choices where SPEC.md is silent:
   each item stands alone (`queued`, `duplicate` or `error`).
 - A transaction maps its refusals to the reasons of docs/commands.md: an ack that does not resolve
   is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack that
-  released its lease: see broker.py); a push that is a duplicate (of the window or of an earlier push of the same
-  transaction) `duplicate`; a push over the queue's payload limit or over its maxSize
-  `too_large` (the `error` text names which); a malformed part `bad_request`. Its timers fire in
-  the same entry when already due, after its pushes, acks and kv ops.
+  released its lease: see broker.py); a push that is a duplicate (of the window or of an
+  earlier push of the same transaction) `duplicate`; a push over the queue's payload limit or
+  over its maxSize `too_large` (the `error` text names which); a malformed part `bad_request`.
+  Its timers fire in the same entry when already due, after its pushes, acks and kv ops.
 - The counters: `billedMessages` (each schedule/reschedule op, each push item whatever its
   verdict, the pushes of a transaction when it commits), `pushedMessages` (every message
   appended to a partition: push, fire, replay), `fired` by result.

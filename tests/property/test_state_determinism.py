@@ -172,7 +172,8 @@ class EntryMaker:
     def entry(self):
         kind = self.draw(st.sampled_from([
             "timers", "timers", "tick", "tick", "push", "push", "pop", "pop", "ack", "ack",
-            "retry_sent", "lease_extend", "configure", "kv", "transaction", "dlq_replay", "admin", "barrier"]))
+            "retry_sent", "lease_extend", "configure", "kv", "transaction", "dlq_replay", "admin",
+            "barrier"]))
         now = self.now()
         if kind == "timers":
             return {"op": "timers", "now": now, "producerSub": PRODUCER,
