@@ -11,14 +11,29 @@ Choices where SPEC.md is silent:
   for another queue or partition, or does not cover the message (never delivered under it, or
   already acked under it). Once every message of a lease is acked, whatever the status, the lease
   is released.
+- A retried ack is idempotent once its lease was released by acks (released.py): the broker
+  remembers, per message, what each released lease settled it as (status and `dlq`), for the last
+  MAX_REMEMBERED_SETTLEMENTS messages of the tenant. An item naming a remembered lease (same
+  group, queue and partition, its message by offset or transactionId) answers `success: true`
+  with the first answer's `dlq` when its status is the one it was settled as, and changes nothing
+  (no cursor, retry count, DLQ row, counter or billing moves: acks are not billed, and a retry
+  is not a new ack); with another status it is refused `invalid_lease` with `message: "already
+  settled as <status>"`. Leases that expired are not remembered (still `invalid_lease`), and the
+  memory only answers: a message redelivered under a new lease is settled by that lease alone.
+  On a lease still live, a second ack of a message it already settled stays `invalid_lease`.
+- Inside a transaction an ack of a remembered lease is refused (`rejected_ack`, "already settled
+  as <status> under this lease"), even with the same status: the transaction is all or nothing,
+  and passing the ack would apply its kv and timer ops a second time when the whole transaction
+  is retried (its pushes alone would make it `duplicate`, but a transaction need not push).
 - `completed` settles the message. `failed` spends a retry; when the retries spent exceed
   `retryLimit` the message is filed in the DLQ and settled (`dlq: true`), or just settled when the
   queue has `deadLetterQueue: false`. `retry` leaves it unsettled for the next pop. `dlq` files it
   at once (settled only, without a row, when the queue keeps no DLQ).
 - Leases expire lazily: an expired lease is released when a pop, an ack or an extend meets it.
   That is a function of the entries alone, so replicas agree.
-- A pop whose `leaseId` is already a lease's id is refused (`bad_request`): ids are UUIDv7s
-  minted by the proposer, so this only guards against a broken proposer.
+- A pop whose `leaseId` is already a lease's id (live or remembered as released) is refused
+  (`bad_request`): ids are UUIDv7s minted by the proposer, so this only guards against a broken
+  proposer.
 - `dlq_replay` pushes the row's payload to its queue and partition with the command's `messageId`
   as both messageId and transactionId (the original txn would be a duplicate inside the dedup
   window), and the row's producerSub; the row is removed only when the push is `queued`.
@@ -51,6 +66,7 @@ from .partition import (
 )
 from .queue import Queue, validate_options
 from .refusal import is_int, require
+from .released import ReleasedLeases, Settlement, find_settlement
 
 ACK_STATUSES = frozenset({"completed", "failed", "retry", "dlq"})
 
@@ -91,6 +107,8 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         # leaseId -> live (or expired, not yet met) lease.
         self.leases: dict[str, Lease] = {}
+        # Leases released by their acks, for retried acks (released.py).
+        self.released = ReleasedLeases()
         # dlqId -> queue name, for dlq_replay.
         self.dlq_index: dict[str, str] = {}
         self.dlq_seq = 0
@@ -275,12 +293,25 @@ class Broker:
                 return lease, pending
         return None
 
+    def remembered_settlement(self, group_name: str, lease_id: str | None,
+                              item: dict) -> Settlement | None:
+        """What a released lease settled the item's message as, or None when it is not known."""
+        released = self.released.get(lease_id)
+        if released is None or released.group != group_name:
+            return None
+        if item.get("partition", DEFAULT_PARTITION) != released.partition:
+            return None
+        if item.get("queue") is not None and item["queue"] != released.queue:
+            return None
+        return find_settlement(released, item)
+
     def settle(self, lease: Lease, offset: int, status: str, error: str | None, now: int) -> bool:
         """Apply one resolved ack; True when the message was filed in the DLQ."""
         queue = self.queues[lease.queue]
         partition = queue.partitions[lease.partition]
         group = partition.groups[lease.group]
         del lease.pending[offset]
+        txn = partition.log[offset - partition.base][MSG_TXN]  # pending: never trimmed
         filed = False
         if status == "completed":
             group.settle(offset)
@@ -296,9 +327,11 @@ class Broker:
                                        error or "sent to DLQ", group.failures.get(offset, 0), now)
             group.settle(offset)
         # "retry": nothing settles; the message is delivered again by the next pop.
+        lease.settled_as[offset] = (txn, status, filed)
         if not lease.pending:
             group.lease = None
             del self.leases[lease.lease_id]
+            self.released.remember(lease)
         return filed
 
     def ack(self, group_name: str, lease_id: str | None, items: list[dict], now: int) -> dict:
@@ -306,13 +339,24 @@ class Broker:
         for index, item in enumerate(items):
             resolved = self.resolve_ack(group_name, lease_id, item, now)
             if resolved is None:
-                results.append({"index": index, "success": False, "error": "invalid_lease",
-                                "dlq": False})
+                results.append(self._answer_retry(group_name, lease_id, item, index))
                 continue
             lease, offset = resolved
             filed = self.settle(lease, offset, item["status"], item.get("error"), now)
             results.append({"index": index, "success": True, "dlq": filed})
         return results
+
+    def _answer_retry(self, group_name: str, lease_id: str | None, item: dict, index: int) -> dict:
+        """The answer to an item no live lease covers: its first answer again when it repeats an
+        ack that released the lease, else `invalid_lease`. Reads only."""
+        settlement = self.remembered_settlement(group_name, lease_id, item)
+        if settlement is None:
+            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
+        _txn, status, filed = settlement
+        if status == item["status"]:
+            return {"index": index, "success": True, "dlq": filed}
+        return {"index": index, "success": False, "error": "invalid_lease", "dlq": False,
+                "message": f"already settled as {status}"}
 
     def extend(self, lease_id: str, seconds: int, now: int) -> dict:
         lease = self.leases.get(lease_id)
@@ -403,14 +447,18 @@ class Broker:
     # --- snapshot -----------------------------------------------------------------------------
 
     def to_wire(self) -> list:
-        return [self.dlq_seq, self.pushed, [self.queues[name].to_wire() for name in sorted(self.queues)]]
+        return [self.dlq_seq, self.pushed, [self.queues[name].to_wire() for name in sorted(self.queues)],
+                self.released.to_wire()]
 
     @classmethod
     def from_wire(cls, wire: list) -> Broker:
-        dlq_seq, pushed, queues = wire
+        # A snapshot from before the ack memory has no fourth part: nothing is remembered.
+        dlq_seq, pushed, queues, *rest = wire
         broker = cls()
         broker.dlq_seq = dlq_seq
         broker.pushed = pushed
+        if rest:
+            broker.released = ReleasedLeases.from_wire(rest[0])
         for queue_wire in queues:
             queue = Queue.from_wire(queue_wire)
             broker.queues[queue.name] = queue

@@ -50,10 +50,11 @@ def _created_at(message: tuple) -> int:
 class Lease:
     """The one live lease of a (partition, consumer group); `pending` is what it still covers."""
 
-    __slots__ = ("lease_id", "queue", "partition", "group", "expires_at", "pending")
+    __slots__ = ("lease_id", "queue", "partition", "group", "expires_at", "pending", "settled_as")
 
     def __init__(self, lease_id: str, queue: str, partition: str, group: str, expires_at: int,
-                 pending: dict[int, None]) -> None:
+                 pending: dict[int, None],
+                 settled_as: dict[int, tuple[str, str, bool]] | None = None) -> None:
         self.lease_id = lease_id
         self.queue = queue
         self.partition = partition
@@ -61,9 +62,13 @@ class Lease:
         self.expires_at = expires_at
         # offset -> None, in delivery order (a dict is an ordered set).
         self.pending = pending
+        # offset -> (transactionId, status, dlq) of what was acked so far, in ack order: what the
+        # broker remembers once the lease is released by its acks (released.py).
+        self.settled_as = {} if settled_as is None else settled_as
 
     def to_wire(self) -> list:
-        return [self.lease_id, self.expires_at, list(self.pending)]
+        settled_as = [[offset, *settlement] for offset, settlement in self.settled_as.items()]
+        return [self.lease_id, self.expires_at, list(self.pending), settled_as]
 
 
 class GroupCursor:
@@ -233,8 +238,11 @@ class Partition:
             group.deliveries = dict(deliveries)
             group.failures = dict(failures)
             if lease is not None:
-                lease_id, expires_at, pending = lease
+                # A snapshot from before the ack memory has no settled_as: nothing is recorded.
+                lease_id, expires_at, pending, *rest = lease
+                settled_as = {offset: (txn, status, dlq)
+                              for offset, txn, status, dlq in (rest[0] if rest else ())}
                 group.lease = Lease(lease_id, queue, name, group_name, expires_at,
-                                    dict.fromkeys(pending))
+                                    dict.fromkeys(pending), settled_as)
             partition.groups[group_name] = group
         return partition

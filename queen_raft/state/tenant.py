@@ -13,10 +13,11 @@ Choices where SPEC.md is silent:
 - `push` items are validated for shape first (one malformed item refuses the command); after that
   each item stands alone (`queued`, `duplicate` or `error`).
 - A transaction maps its refusals to the reasons of docs/commands.md: an ack that does not resolve
-  is `rejected_ack`; a push that is a duplicate (of the window or of an earlier push of the same
-  transaction) `duplicate`; a push over the queue's payload limit or over its maxSize
-  `too_large` (the `error` text names which); a malformed part `bad_request`. Its timers fire in
-  the same entry when already due, after its pushes, acks and kv ops.
+  is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack that
+  released its lease: see broker.py); a push that is a duplicate (of the window or of an
+  earlier push of the same transaction) `duplicate`; a push over the queue's payload limit or
+  over its maxSize `too_large` (the `error` text names which); a malformed part `bad_request`.
+  Its timers fire in the same entry when already due, after its pushes, acks and kv ops.
 - The counters: `billedMessages` (each schedule/reschedule op, each push item whatever its
   verdict, the pushes of a transaction when it commits), `pushedMessages` (every message
   appended to a partition: push, fire, replay), `fired` by result.
@@ -216,8 +217,10 @@ class TenantState:
         require(isinstance(auto_ack, bool), "bad_request", "autoAck must be a boolean")
         lease_id = command.get("leaseId")
         require(isinstance(lease_id, str) or auto_ack, "bad_request", "leaseId must be a string")
-        require(lease_id is None or lease_id not in self.broker.leases, "bad_request",
-                "leaseId already in use")
+        # A remembered released lease's id too: its retried acks must keep meaning that lease.
+        require(lease_id is None or (lease_id not in self.broker.leases
+                                     and self.broker.released.get(lease_id) is None),
+                "bad_request", "leaseId already in use")
         return self.broker.pop(queue, partition, group_name(command.get("consumerGroup")), batch,
                                lease_id, auto_ack, now)
 
@@ -319,8 +322,15 @@ class TenantState:
         resolved = []
         claimed: set[tuple[str, int]] = set()
         for index, operation in acks:
-            target = self.broker.resolve_ack(group_name(operation.get("consumerGroup")),
-                                             operation.get("leaseId"), operation, now)
+            group = group_name(operation.get("consumerGroup"))
+            target = self.broker.resolve_ack(group, operation.get("leaseId"), operation, now)
+            if target is None:
+                # A retried transaction must not apply its other parts twice (broker.py).
+                settlement = self.broker.remembered_settlement(group, operation.get("leaseId"),
+                                                               operation)
+                if settlement is not None:
+                    raise Refusal("rejected_ack",
+                                  f"already settled as {settlement[1]} under this lease", index)
             require(target is not None and (target[0].lease_id, target[1]) not in claimed,
                     "rejected_ack", "the lease does not cover this message", index)
             claimed.add((target[0].lease_id, target[1]))

@@ -31,6 +31,8 @@ START_WALL_MS = 1_700_000_000_000
 # a hundred sequences stay a few seconds.
 MAX_COMMANDS = 30
 MAX_OPS = 3
+# An ack of the last pop names offsets 0..ACKED_OFFSETS-1: a short history's pops deliver from there.
+ACKED_OFFSETS = 8
 
 CLOCK_STEPS = st.one_of(st.just(0), st.integers(1, 3000), st.integers(-3000, -1),
                         st.sampled_from([60_000, 3_600_000]))
@@ -63,6 +65,11 @@ class EntryMaker:
         self.wall = START_WALL_MS
         self.txns = []
         self.lease_ids = []
+        # (leaseId, queue, partition, consumerGroup) of the last pop
+        self.last_pop = None
+        # Ack commands and transactions sent so far, for a client's retry of one of them: the
+        # retry of an ack that released its lease answers from the broker's memory of it.
+        self.sent = []
 
     def mint(self, prefix):
         self.serial += 1
@@ -118,6 +125,18 @@ class EntryMaker:
             items.append(item)
         return items
 
+    def ack_of_last_pop(self, now):
+        """A consumer settling what the last pop delivered: the history cannot know which offsets
+        those were, so it acks every low offset of the pop's partition (the ones the lease does
+        not cover are refused), which releases the lease when its batch is among them."""
+        lease_id, queue, partition, group = self.last_pop
+        partition = partition or self.draw(st.sampled_from(PARTITIONS))
+        statuses = st.sampled_from(["completed", "completed", "retry", "failed", "dlq"])
+        items = [{"queue": queue, "partition": partition, "offset": offset,
+                  "status": self.draw(statuses)} for offset in range(ACKED_OFFSETS)]
+        return {"op": "ack", "now": now, "consumerGroup": group, "leaseId": lease_id,
+                "acknowledgments": items}
+
     def lease_id(self):
         return self.draw(st.sampled_from(self.lease_ids + ["lease-unknown"]))
 
@@ -134,10 +153,27 @@ class EntryMaker:
                         "expectedVersion": self.draw(st.one_of(st.none(), st.integers(0, 3)))})
         return ops
 
+    def consume(self):
+        """A consumer's round: a push, a pop of that partition and an ack of what it delivered
+        (then, often, a `retry_sent` of that ack releases nothing new: the memory answers)."""
+        push_item = self.push_item()
+        queue, partition = push_item["queue"], push_item["partition"]
+        push = {"op": "push", "now": self.now(), "producerSub": PRODUCER, "items": [push_item]}
+        lease_id = self.mint("lease")
+        self.lease_ids.append(lease_id)
+        self.last_pop = (lease_id, queue, partition, self.draw(st.sampled_from(CONSUMER_GROUPS)))
+        pop = {"op": "pop", "now": self.now(), "queue": queue, "partition": partition,
+               "consumerGroup": self.last_pop[3], "batch": self.draw(st.integers(1, 3)),
+               "leaseId": lease_id, "autoAck": False}
+        ack = self.ack_of_last_pop(self.now())
+        self.sent.append(ack)
+        return [push, pop, ack]
+
     def entry(self):
         kind = self.draw(st.sampled_from([
-            "timers", "timers", "tick", "tick", "push", "push", "pop", "pop", "ack",
-            "lease_extend", "configure", "kv", "transaction", "dlq_replay", "admin", "barrier"]))
+            "timers", "timers", "tick", "tick", "push", "push", "pop", "pop", "ack", "ack",
+            "retry_sent", "lease_extend", "configure", "kv", "transaction", "dlq_replay", "admin",
+            "barrier"]))
         now = self.now()
         if kind == "timers":
             return {"op": "timers", "now": now, "producerSub": PRODUCER,
@@ -151,15 +187,31 @@ class EntryMaker:
         if kind == "pop":
             lease_id = self.mint("lease")
             self.lease_ids.append(lease_id)
-            return {"op": "pop", "now": now, "queue": self.draw(st.sampled_from(QUEUES)),
-                    "partition": self.draw(st.one_of(st.none(), st.sampled_from(PARTITIONS))),
-                    "consumerGroup": self.draw(st.sampled_from(CONSUMER_GROUPS)),
-                    "batch": self.draw(st.integers(1, 3)), "leaseId": lease_id,
-                    "autoAck": self.draw(st.booleans())}
+            command = {"op": "pop", "now": now, "queue": self.draw(st.sampled_from(QUEUES)),
+                       "partition": self.draw(st.one_of(st.none(), st.sampled_from(PARTITIONS))),
+                       "consumerGroup": self.draw(st.sampled_from(CONSUMER_GROUPS)),
+                       "batch": self.draw(st.integers(1, 3)), "leaseId": lease_id,
+                       "autoAck": self.draw(st.booleans())}
+            self.last_pop = (lease_id, command["queue"], command["partition"],
+                             command["consumerGroup"])
+            return command
         if kind == "ack":
-            return {"op": "ack", "now": now,
-                    "consumerGroup": self.draw(st.sampled_from(CONSUMER_GROUPS)),
-                    "leaseId": self.lease_id(), "acknowledgments": self.ack_items()}
+            # Half of them complete what the last pop delivered, in order, so leases get released
+            # by their acks (offsets drawn at random rarely cover a whole lease).
+            if self.last_pop is not None and self.draw(st.booleans()):
+                command = self.ack_of_last_pop(now)
+            else:
+                command = {"op": "ack", "now": now,
+                           "consumerGroup": self.draw(st.sampled_from(CONSUMER_GROUPS)),
+                           "leaseId": self.lease_id(), "acknowledgments": self.ack_items()}
+            self.sent.append(command)
+            return command
+        if kind == "retry_sent":
+            if not self.sent:
+                return {"op": "barrier", "now": now}
+            retried = dict(self.draw(st.sampled_from(self.sent)))
+            retried["now"] = now
+            return retried
         if kind == "lease_extend":
             return {"op": "lease_extend", "now": now, "leaseId": self.lease_id(),
                     "seconds": self.draw(st.integers(1, 10))}
@@ -170,16 +222,26 @@ class EntryMaker:
         if kind == "kv":
             return {"op": "kv", "now": now, "ops": self.kv_ops()}
         if kind == "transaction":
-            operations = [{"type": "push", **self.push_item()}]
-            if self.lease_ids and self.draw(st.booleans()):
+            # Without a push, nothing but the ack refuses a retry of the whole transaction.
+            operations = [{"type": "push", **self.push_item()}] if self.draw(st.booleans()) else []
+            sent_acks = [command for command in self.sent if command["op"] == "ack"]
+            if sent_acks and self.draw(st.booleans()):
+                # An item some ack already sent: its lease may be live, expired or released.
+                sent = self.draw(st.sampled_from(sent_acks))
+                ack = self.draw(st.sampled_from(sent["acknowledgments"]))
+                operations.append({"type": "ack", "consumerGroup": sent["consumerGroup"],
+                                   "leaseId": sent["leaseId"], **ack})
+            elif self.lease_ids and self.draw(st.booleans()):
                 ack = self.ack_items()[0]
                 operations.append({"type": "ack", "consumerGroup": None,
                                    "leaseId": self.lease_id(), **ack})
-            return {"op": "transaction", "now": now, "producerSub": PRODUCER,
-                    "maxPending": self.draw(st.one_of(st.none(), st.integers(0, 5))),
-                    "operations": operations,
-                    "kv": self.kv_ops() if self.draw(st.booleans()) else [],
-                    "timers": self.timer_ops() if self.draw(st.booleans()) else []}
+            command = {"op": "transaction", "now": now, "producerSub": PRODUCER,
+                       "maxPending": self.draw(st.one_of(st.none(), st.integers(0, 5))),
+                       "operations": operations,
+                       "kv": self.kv_ops() if self.draw(st.booleans()) else [],
+                       "timers": self.timer_ops() if self.draw(st.booleans()) else []}
+            self.sent.append(command)
+            return command
         if kind == "dlq_replay":
             return {"op": "dlq_replay", "now": now, "dlqId": self.draw(st.sampled_from(
                         ["dlq-unknown", "0", "1"])), "messageId": self.mint("m")}
@@ -192,8 +254,13 @@ class EntryMaker:
 @st.composite
 def histories(draw):
     maker = EntryMaker(draw)
-    return [msgpack.packb(maker.entry(), use_bin_type=True)
-            for _ in range(draw(st.integers(1, MAX_COMMANDS)))]
+    history = []
+    for _ in range(draw(st.integers(1, MAX_COMMANDS))):
+        if draw(st.integers(0, 7)) == 0:
+            history.extend(maker.consume())
+        else:
+            history.append(maker.entry())
+    return [msgpack.packb(entry, use_bin_type=True) for entry in history]
 
 
 def apply_entry(state, entry):

@@ -350,15 +350,21 @@ class StateAgainstModel(RuleBasedStateMachine):
             unsettled = [o for o in lease["offsets"] if o not in lease["settled"]]
             count = data.draw(st.integers(1, len(unsettled)))
             chosen = unsettled[:count]
+            status = "completed"
         else:
+            # A dead lease: expired (refused), or released by its acks (a retried ack answers as
+            # the first did, or is refused when it names another status).
             chosen = offsets[:1]
+            status = data.draw(st.sampled_from(["completed", "completed", "retry"]))
         acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
-                            "status": "completed"} for o in chosen]
+                            "status": status} for o in chosen]
         got = self.state.apply({"op": "ack", "now": now, "consumerGroup": group,
                                 "leaseId": lease_id, "acknowledgments": acknowledgments})
         want = self.model.ack(now, lease_id, acknowledgments)
         assert_matches(got, want, "ack")
-        event(f"ack: {'accepted' if want['results'][0]['success'] else 'refused'}")
+        retried = holder is None and lease_id in self.model.released_leases
+        event(f"ack{' (retry of a released lease)' if retried else ''}: "
+              f"{'accepted' if want['results'][0]['success'] else 'refused'}")
 
     @precondition(lambda self: self.model.queues.get("q0", {}).get("options", {}).get(
         "maxPayloadBytes") == SMALL_PAYLOAD_LIMIT)

@@ -10,7 +10,8 @@ order under the fireBatch and fireMaxBytes bounds, permanent fire failures (payl
 queue's maxPayloadBytes) with exponential backoff and the `__timer__` DLQ; partitions as lists of
 messages with a per-partition dedup window; queue-mode consumption with one lease per partition,
 a cursor, prefix acks and redelivery after the lease expires, for the queue-mode group and for
-named consumer groups, each with its own cursor and leases.
+named consumer groups, each with its own cursor and leases; a retried ack of a lease its acks
+released answers as the first did (or is refused when it names another status).
 
 Where the contract leaves a choice open, the choice is a named constant below, so a disagreement
 with the state is one line to find and one line to flip.
@@ -52,6 +53,11 @@ EXPIRED_AT_EXACT_INSTANT = True
 # maxPayloadBytes. docs/commands.md names both checks but not their order; a retried push of an
 # accepted message should be answered as the duplicate it is.
 DEDUP_BEFORE_PAYLOAD_LIMIT = True
+
+# Contract choice (broker.py): a lease released by its acks is remembered, so an ack naming it
+# again answers from that memory; the state bounds that memory at 16,384 messages,
+# far beyond what one run releases, so the model keeps every released lease.
+RETRIED_ACK_ANSWERS_AS_THE_FIRST = True
 
 # Contract choice: the first delivery of a message has deliveryAttempt 1, each redelivery after an
 # expired lease adds one.
@@ -95,6 +101,8 @@ class TimerModel:
         self.deliver_at_by_message_id = {}
         # (queue, partition, txn) -> times the txn was appended again after its window expired.
         self.reappended_after_expiry = {}
+        # leaseId -> (queue, partition, offsets) of each lease released by its (completed) acks.
+        self.released_leases = {}
 
     # ----------------------------------------------------------------------------- clock
     def advance(self, now):
@@ -391,13 +399,32 @@ class TimerModel:
                         return queue_name, name, used
         return None
 
+    def retried_ack(self, index, lease_id, item):
+        """The answer to an item no live lease covers: a repeat of a released lease's ack, or not."""
+        released = self.released_leases.get(lease_id) if RETRIED_ACK_ANSWERS_AS_THE_FIRST else None
+        refused = {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
+        if released is None:
+            return refused
+        queue, partition, offsets = released
+        if (item["queue"], item["partition"]) != (queue, partition) or item["offset"] not in offsets:
+            return refused
+        if item["status"] == "completed":
+            return {"index": index, "success": True, "dlq": False}
+        return {"index": index, "success": False, "error": "invalid_lease", "dlq": False,
+                "message": "already settled as completed"}
+
     def ack(self, now, lease_id, acknowledgments):
-        """Completed acks only; each item {"queue", "partition", "offset", "status": "completed"}."""
+        """Completed acks of a live lease; each item {"queue", "partition", "offset", "status"}.
+        Another status only names a lease no longer live (a retry of a released lease's ack)."""
         self.advance(now)
         results = []
         for index, item in enumerate(acknowledgments):
             holder = self.find_live_lease(lease_id)
-            if (holder is None or holder[0] != item["queue"] or holder[1] != item["partition"]
+            if holder is None:
+                results.append(self.retried_ack(index, lease_id, item))
+                continue
+            assert item["status"] == "completed", "the model settles completed acks only"
+            if (holder[0] != item["queue"] or holder[1] != item["partition"]
                     or item["offset"] not in holder[2]["lease"]["offsets"]):
                 results.append({"index": index, "success": False, "error": "invalid_lease",
                                 "dlq": False})
@@ -410,6 +437,7 @@ class TimerModel:
                 used["cursor"] += 1
             if sorted(lease["settled"]) == sorted(lease["offsets"]):
                 used["lease"] = None
+                self.released_leases[lease_id] = (holder[0], holder[1], list(lease["offsets"]))
             results.append({"index": index, "success": True, "dlq": False})
         return {"results": results}
 
