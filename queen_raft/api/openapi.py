@@ -66,7 +66,7 @@ PUSH_VERDICT = obj({
     "index": NON_NEG, "messageId": STR, "transactionId": STR, "queue": STR, "partition": STR,
     "status": {"enum": ["queued", "duplicate", "error"]}, "offset": NULL_INT, "error": STR,
 }, ("index", "messageId", "transactionId", "queue", "partition", "status", "offset"))
-ACK_VERDICT = obj({"index": NON_NEG, "success": BOOL, "error": STR, "dlq": BOOL}, ("index", "success"))
+ACK_VERDICT = obj({"index": NON_NEG, "success": BOOL, "error": STR, "message": STR, "dlq": BOOL}, ("index", "success"))
 MESSAGE_PAYLOAD = {"payload": ANY, "payloadB64": B64, "encrypted": BOOL, "decryptError": STR}
 
 SCHEMAS: dict[str, dict] = {

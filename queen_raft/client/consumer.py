@@ -25,6 +25,9 @@ DEFAULT_POLL_WAIT = "30s"
 # can fail (an election, a slow commit) before the lease runs out under a running handler.
 LEASE_RENEW_FRACTION = 1 / 3
 ACK_STATUSES = ("completed", "failed", "retry", "dlq")
+# How the server words a retried ack whose first try settled the message with another status
+# (queen_raft/state/released.py).
+ALREADY_SETTLED = "already settled as"
 
 
 @dataclass
@@ -64,7 +67,10 @@ class Message:
         return item
 
     async def settle(self, status: str, error: str | None = None) -> dict:
-        """One acknowledgment; its verdict `{index, success, dlq}`, or AckRefused."""
+        """One acknowledgment; its verdict `{index, success, dlq}`, or AckRefused.
+
+        Safe to retry: the server remembers the settlements of its recently released leases, so a
+        retry whose first try was applied answers that try's verdict."""
         queen = self._require_queen()
         body: dict[str, Any] = {"leaseId": self.lease_id, "acknowledgments": [self.ack_item(status, error)]}
         if self.consumer_group is not None:
@@ -73,10 +79,17 @@ class Message:
         verdict = answer.body["results"][0]
         if not verdict.get("success"):
             code = verdict.get("error") or "ack_refused"
+            settled_as = verdict.get("message") or ""
+            if settled_as.startswith(ALREADY_SETTLED):
+                # The server remembers this lease's settlements: a retry with the first try's
+                # status answers success; this one asked for another status than the first.
+                raise AckRefused(answer.status, code, f"ack of {self.queue}/{self.partition} offset {self.offset} "
+                                 f"refused: {settled_as}", body=answer.body)
             if answer.maybe_applied_before:
-                # The first try may have settled it; the retry then finds nothing left to settle.
+                # Beyond the server's memory of released leases (or the lease expired): the first
+                # try may have settled it and the retry found nothing left to settle.
                 raise OutcomeUnknown(answer.status, code, f"the ack of offset {self.offset} was retried and then refused "
-                                     "({code}): the first try may have settled it", body=answer.body)
+                                     f"({code}): the first try may have settled it", body=answer.body)
             raise AckRefused(answer.status, code, f"ack of {self.queue}/{self.partition} offset {self.offset} refused: {code}",
                              body=answer.body)
         return verdict

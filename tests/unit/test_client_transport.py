@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from queen_raft.client import (BadRequest, ConnectionFailed, OutcomeUnknown, Queen, RateLimited, RetryPolicy,
+from queen_raft.client import (AckRefused, BadRequest, ConnectionFailed, OutcomeUnknown, Queen, RateLimited, RetryPolicy,
                                TimersDisabled, Unavailable)
 
 # Tests that must not wait for real backoffs use this: tiny waits, same bounds otherwise.
@@ -201,6 +201,22 @@ async def test_an_ack_refused_after_an_ambiguous_retry_is_outcome_unknown(nodes)
     assert ack_bodies[0] == ack_bodies[1] == {
         "leaseId": "L", "consumerGroup": "g",
         "acknowledgments": [{"queue": "jobs", "partition": "Default", "transactionId": "t", "status": "completed"}]}
+
+
+async def test_a_retried_ack_the_server_remembers_as_settled_otherwise_is_a_plain_refusal(nodes):
+    popped = (200, {"leaseId": "L", "messages": [{"transactionId": "t", "messageId": "m", "partition": "Default",
+                                                  "offset": 0, "leaseId": "L", "deliveryAttempt": 1,
+                                                  "payload": {"a": 1}, "createdAt": 5, "consumerGroup": "g"}]}, {})
+    script = iter([popped, (503, {"error": "unavailable", "message": "leader changed"}, {}),
+                   (200, {"results": [{"index": 0, "success": False, "error": "invalid_lease",
+                                       "message": "already settled as failed", "dlq": False}]}, {})])
+    node = await nodes(reply=lambda seen: next(script))
+    async with Queen(urls=[node.url], retry=FAST) as q:
+        [message] = await q.pop("jobs", group="g")
+        with pytest.raises(AckRefused) as caught:
+            await message.ack()
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert "already settled as failed" in str(caught.value)
 
 
 def test_backoff_doubles_and_is_bounded():
