@@ -1,0 +1,72 @@
+"""The compact stored forms of a timer: a txn equal to the timerKey shares the key's str. Every
+answer must show exactly what was scheduled, before and after a snapshot's restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from queen_raft.state import TenantState
+from queen_raft.state.timers import T_KEY, T_TXN
+
+T0 = 1_700_000_000_000
+COUNT = 12
+
+
+def schedule(key: str, txn: str, delay: int = 100) -> dict:
+    return {"op": "schedule", "queue": "q", "timerKey": key, "partition": "Default",
+            "delayMs": delay, "txn": txn, "messageId": f"m-{key}", "payload": b"body",
+            "payloadZstd": False, "encrypted": False}
+
+
+def key_of(i: int) -> str:
+    return f"k{i:03d}"
+
+
+def txn_of(i: int) -> str:
+    """Every other timer's txn equals its key (a fresh, equal str: never the same object)."""
+    return "".join(["k", f"{i:03d}"]) if i % 2 else f"tx{i}"
+
+
+def scheduled_state() -> TenantState:
+    state = TenantState()
+    answer = state.apply({"op": "timers", "now": T0, "producerSub": "s", "maxPending": None,
+                          "ops": [schedule(key_of(i), txn_of(i)) for i in range(COUNT)]})
+    assert all(result["ok"] for result in answer["results"])
+    return state
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_peek_list_and_fire_show_the_scheduled_txn(restart):
+    state = scheduled_state()
+    if restart:
+        state = TenantState.restore(state.snapshot())
+    for i in range(COUNT):
+        assert state.peek_timer("q", key_of(i))["txn"] == txn_of(i)
+    rows = state.list_timers("q", limit=1000)["rows"]
+    assert [row["txn"] for row in rows] == [txn_of(i) for i in range(COUNT)]
+    state.apply({"op": "tick", "now": T0 + 100})
+    fetched = state.fetch("q", "Default", 0, 1000)
+    assert [record["transactionId"] for record in fetched] == [txn_of(i) for i in range(COUNT)]
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_txn_equal_to_the_key_is_stored_as_the_keys_object(restart):
+    state = scheduled_state()
+    if restart:
+        state = TenantState.restore(state.snapshot())
+    for i in range(COUNT):
+        timer = state.timers.get("q", key_of(i))
+        assert (timer[T_TXN] is timer[T_KEY]) == (i % 2 == 1)
+
+
+def test_a_reschedule_shares_the_key_too_and_keeps_a_different_txn():
+    state = scheduled_state()
+    state.apply({"op": "timers", "now": T0 + 1, "producerSub": "s", "maxPending": None,
+                 "ops": [dict(schedule(key_of(0), "".join(["k", "000"])), op="reschedule"),
+                         dict(schedule(key_of(1), "other"), op="reschedule")]})
+    first, second = state.timers.get("q", key_of(0)), state.timers.get("q", key_of(1))
+    assert first[T_TXN] is first[T_KEY]
+    assert second[T_TXN] == "other"
+    assert state.peek_timer("q", key_of(1))["txn"] == "other"
+    again = TenantState.restore(state.snapshot())
+    assert again.snapshot() == state.snapshot()
