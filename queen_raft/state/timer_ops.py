@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .limits import DEFAULT_PARTITION, MAX_DELAY_MS
 from .refusal import Refusal, is_int, require
-from .timers import T_DELIVER_AT, T_TXN, Timer, TimerTable
+from .timers import T_DUE_AT, T_TXN, Timer, TimerTable
 
 SCHEDULE_OPS = frozenset({"schedule", "reschedule"})
 
@@ -102,15 +102,16 @@ def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None
             results.append({"ok": True, "status": "cancelled", "queue": queue, "timerKey": key,
                             "txn": timer[T_TXN] if txn is None else txn})
             continue
+        # A scheduled timer's dueAt is its deliverAt (they part only at a failed fire).
         timer, replaced = table.upsert(
             queue, key, op.get("partition", DEFAULT_PARTITION), now + op["delayMs"], op["txn"],
             op["messageId"], op["payload"], op.get("payloadZstd", False),
             op.get("encrypted", False), producer_sub, now)
         billed += 1
-        if timer[T_DELIVER_AT] <= now:
+        if timer[T_DUE_AT] <= now:
             due_now.append(timer)
         results.append({"ok": True, "status": "rescheduled" if replaced else "scheduled",
                         "queue": queue, "timerKey": key, "txn": op["txn"],
-                        "messageId": op["messageId"], "deliverAt": timer[T_DELIVER_AT]})
+                        "messageId": op["messageId"], "deliverAt": timer[T_DUE_AT]})
     table.commit_staged()
     return results, due_now, billed

@@ -7,6 +7,8 @@ must diverge on none of them. Each replica gets its own msgpack-decoded copy of 
 the Raft layer hands it over, so no replica can share a mutable object with another.
 """
 
+import uuid
+
 import msgpack
 import pytest
 import zstandard
@@ -93,6 +95,16 @@ class EntryMaker:
                 "messageId": self.mint("m"), "traceId": self.draw(st.sampled_from([None, "tr"])),
                 "encrypted": False}
 
+    def timer_message_id(self):
+        """A messageId as the API mints it (canonical UUID text, stored compactly by the state),
+        its uppercase form, or any other text (both stored as given)."""
+        serial = self.mint("m")
+        kind = self.draw(st.sampled_from(["text", "uuid", "uuid", "upper"]))
+        if kind == "text":
+            return serial
+        text = str(uuid.UUID(int=self.draw(st.integers(0, (1 << 128) - 1))))
+        return text.upper() if kind == "upper" else text
+
     def timer_ops(self):
         keys = self.draw(st.lists(st.tuples(st.sampled_from(QUEUES), st.sampled_from(TIMER_KEYS)),
                                   min_size=1, max_size=MAX_OPS, unique=True))
@@ -107,8 +119,9 @@ class EntryMaker:
             ops.append({"op": self.draw(st.sampled_from(["schedule", "reschedule"])),
                         "queue": queue, "timerKey": key,
                         "partition": self.draw(st.sampled_from(PARTITIONS)),
-                        "delayMs": self.draw(st.integers(-1000, 5000)), "txn": self.txn(),
-                        "messageId": self.mint("m"), "payload": payload,
+                        "delayMs": self.draw(st.integers(-1000, 5000)),
+                        "txn": key if self.draw(st.integers(0, 3)) == 0 else self.txn(),
+                        "messageId": self.timer_message_id(), "payload": payload,
                         "payloadZstd": zstd != "plain", "encrypted": False})
         return ops
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zstandard
 
 from queen_raft.state import TenantState
-from queen_raft.state.timers import T_ATTEMPTS, T_DUE_AT
+from queen_raft.state.timers import T_DUE_AT, T_RETRY
 
 T0 = 1_700_000_000_000
 
@@ -306,7 +306,7 @@ def test_a_huge_max_attempts_keeps_backing_off_at_the_cap():
     timer = state.timers.get("q", "bad")
     # As if it had failed that often (a timer is an immutable tuple: swap in the changed one).
     state.timers.remove(timer)
-    timer = timer[:T_ATTEMPTS] + (10_000_000,) + timer[T_ATTEMPTS + 1:]
+    timer = timer[:T_RETRY] + ((10_000_000, "failed", timer[T_DUE_AT]),) + timer[T_RETRY + 1:]
     state.timers.insert(timer)
     now = timer[T_DUE_AT]
     tick(state, now, **policy)
