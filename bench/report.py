@@ -156,8 +156,8 @@ def write_table(quick: bool, date: str | None = None) -> Path:
     out.write_text(
         f"# Benchmark results {date}{' (--quick sizes)' if quick else ''}\n\n"
         f"Machine: {head['cpus']} cores ({head['cpu_model']}), {head['memory_gib']} GiB, Linux {head['kernel']}, "
-        f"Python {head['python']}. Every figure: {SHARED_CORES_NOTE}; other engineers' test runs shared the "
-        "same cores. Ours is three nodes replicating every write to a majority; the peers are single-node and "
+        f"Python {head['python']}. Every figure: {SHARED_CORES_NOTE}, and with whatever else ran on the "
+        "machine (the load averages below say how busy it was). Ours is three nodes replicating every write to a majority; the peers are single-node and "
         "unreplicated. Command: `make bench` (or `python -m bench <scenario>`).\n\n" + markdown_table(results)
         + "\nLoad average (1 min) of the machine when each scenario started (2 cores; above 2 means others "
         "were queueing for them too): "
