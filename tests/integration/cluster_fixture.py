@@ -8,6 +8,7 @@ module (`from cluster_fixture import node_cluster`) to use it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -242,9 +243,10 @@ class NodeCluster:
         raise LookupError(f"no {role} for {tenant}")
 
 
-@pytest.fixture(scope="module")
-def node_cluster(tmp_path_factory):
-    cluster = NodeCluster(tmp_path_factory.mktemp("cluster")).start()
+@contextlib.contextmanager
+def running_cluster(directory: Path, **options: Any):
+    """A started NodeCluster, stopped afterwards; every node must stop cleanly on SIGTERM."""
+    cluster = NodeCluster(directory, **options).start()
     try:
         yield cluster
     finally:
@@ -252,3 +254,9 @@ def node_cluster(tmp_path_factory):
         unclean = {n: c for n, c in codes.items() if c != 0}
         assert not unclean, f"nodes did not stop cleanly on SIGTERM: {unclean}\n" + "\n".join(
             cluster.log_tail(n) for n in unclean)
+
+
+@pytest.fixture(scope="module")
+def node_cluster(tmp_path_factory):
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from cluster_fixture import REPO, NodeCluster, token
+from cluster_fixture import REPO, running_cluster, token
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +38,8 @@ GARBAGE_ZSTD = base64.b64encode(b"not zstd at all").decode()
 
 @pytest.fixture(scope="module")
 def node_cluster(tmp_path_factory):
-    cluster = NodeCluster(tmp_path_factory.mktemp("cli"), settings={"sweeper_max_attempts": SWEEPER_MAX_ATTEMPTS}).start()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("cli"), settings={"sweeper_max_attempts": SWEEPER_MAX_ATTEMPTS}) as cluster:
         yield cluster
-    finally:
-        codes = cluster.stop()
-        unclean = {n: c for n, c in codes.items() if c != 0}
-        assert not unclean, f"nodes did not stop cleanly on SIGTERM: {unclean}\n" + "\n".join(
-            cluster.log_tail(n) for n in unclean)
 
 
 def cli(cluster, *args: str, token_text: str = RW, env_urls: bool = False) -> subprocess.CompletedProcess:
