@@ -260,3 +260,20 @@ def running_cluster(directory: Path, **options: Any):
 def node_cluster(tmp_path_factory):
     with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def own_node_cluster(tmp_path):
+    """A cluster of the test's own, for a test that kills or restarts nodes (every node must be
+    running again, and stop cleanly, when the test ends)."""
+    with running_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+def fetch_records(cluster: NodeCluster, node_id: str, queue: str, partition: str = "Default",
+                  tenant: str = "acme", limit: int = 1000) -> list[dict]:
+    """The records of one partition from offset 0, read through node_id with a read-only token."""
+    status, _, body = cluster.call(node_id, "POST", "/api/v1/fetch", token(tenant, "read-only"), {
+        "entries": [{"queue": queue, "partition": partition, "offset": 0, "limit": limit}]})
+    assert status == 200, body
+    return body["entries"][0]["records"]

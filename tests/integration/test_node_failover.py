@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from cluster_fixture import NodeCluster, token
+from cluster_fixture import fetch_records, own_node_cluster, token  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -26,19 +26,12 @@ BATCH = 100
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    nodes = NodeCluster(tmp_path).start()
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
+def cluster(own_node_cluster):
+    return own_node_cluster
 
 
 def fetch_txns(cluster, node: str, queue: str) -> list[tuple[str, int]]:
-    status, _, body = cluster.call(node, "POST", "/api/v1/fetch", RO,
-                                   {"entries": [{"queue": queue, "partition": "Default", "offset": 0, "limit": 1000}]})
-    assert status == 200, body
-    return [(r["transactionId"], r["createdAt"]) for r in body["entries"][0]["records"]]
+    return [(r["transactionId"], r["createdAt"]) for r in fetch_records(cluster, node, queue)]
 
 
 def test_leader_kill_fires_every_timer_exactly_once_never_early(cluster):

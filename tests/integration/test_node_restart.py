@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cluster_fixture import NodeCluster, token
+from cluster_fixture import fetch_records, own_node_cluster, token  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -22,19 +22,8 @@ FIRE_TIMEOUT_S = 15.0
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    nodes = NodeCluster(tmp_path).start()
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
-
-
-def fetch(cluster, node: str, queue: str) -> list[dict]:
-    status, _, body = cluster.call(node, "POST", "/api/v1/fetch", RO,
-                                   {"entries": [{"queue": queue, "partition": "Default", "offset": 0, "limit": 1000}]})
-    assert status == 200, body
-    return body["entries"][0]["records"]
+def cluster(own_node_cluster):
+    return own_node_cluster
 
 
 def test_full_kill_and_restart_keeps_timers_and_pushes(cluster):
@@ -54,14 +43,14 @@ def test_full_kill_and_restart_keeps_timers_and_pushes(cluster):
         cluster.start_node(node)
     cluster.wait_ready()
 
-    assert [r["transactionId"] for r in fetch(cluster, "n3", "orders")] == [f"o{i}" for i in range(PUSHES)]
+    assert [r["transactionId"] for r in fetch_records(cluster, "n3", "orders")] == [f"o{i}" for i in range(PUSHES)]
     status, _, peek = cluster.call("n3", "GET", "/api/v1/timers/later/far", RO)
     assert (peek["found"], peek["txn"]) == (True, "t-far")
 
     deadline = time.monotonic() + FIRE_TIMEOUT_S
     fired: list[dict] = []
     while time.monotonic() < deadline and len(fired) < 20:
-        fired = fetch(cluster, "n1", "later")
+        fired = fetch_records(cluster, "n1", "later")
         time.sleep(0.1)
     assert sorted(r["transactionId"] for r in fired) == sorted(f"t{i}" for i in range(20))
     assert all(r["createdAt"] >= deliver_at[r["transactionId"]] for r in fired)

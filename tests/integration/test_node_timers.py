@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from cluster_fixture import node_cluster, token  # noqa: F401  (node_cluster is a fixture)
+from cluster_fixture import fetch_records, node_cluster, token  # noqa: F401  (node_cluster is a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +37,7 @@ def post_timers(cluster, node: str, ops, token_text: str = RW):
 
 
 def fetch_all(cluster, node: str, queue: str, partition: str = "Default") -> list[dict]:
-    status, _, body = cluster.call(node, "POST", "/api/v1/fetch", RO,
-                                   {"entries": [{"queue": queue, "partition": partition, "offset": 0, "limit": 1000}]})
-    assert status == 200, body
-    return body["entries"][0]["records"]
+    return fetch_records(cluster, node, queue, partition)
 
 
 def pop(cluster, node: str, queue: str, wait_ms: int = POP_WAIT_MS):
