@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 import aiohttp
 
@@ -46,14 +46,19 @@ class Queen:
 
     def __init__(self, urls: list[str] | str | None = None, token: str | None = None, *,
                  retry: RetryPolicy | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 session: aiohttp.ClientSession | None = None):
+                 session: aiohttp.ClientSession | None = None,
+                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()):
+        """`session`: yours, kept open at close. Its client middlewares do not run for this client's
+        requests (each request passes its own list, which aiohttp lets override the session's, to
+        forbid aiohttp's silent resend: see transport.py); pass them as `middlewares` instead."""
         if isinstance(urls, str):
             urls = [urls]
         urls = list(urls) if urls else urls_from_env()
         if not urls:
             raise ValueError(f"give the node URLs (urls=[...] or {URL_ENV}=http://host:port,...)")
         self.transport = Transport(urls=urls, token=token if token is not None else os.environ.get(TOKEN_ENV),
-                                   retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session)
+                                   retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session,
+                                   middlewares=tuple(middlewares))
 
     async def __aenter__(self) -> "Queen":
         await self.transport.open()
