@@ -31,6 +31,8 @@ class Cluster:
     pending_timers: set[str] = field(default_factory=set)
     kv_versions: dict[str, int] = field(default_factory=dict)
     runs: list[tuple[str, str, str]] = field(default_factory=list)
+    # The client's port of each run: one port for several runs is one kept-alive connection.
+    client_ports: list[int] = field(default_factory=list)
 
     def runs_of(self, method: str, path: str) -> int:
         return sum(1 for _, m, p in self.runs if (m, p) == (method, path))
@@ -70,6 +72,7 @@ class DroppingNode:
     async def handle(self, request: web.Request) -> web.Response:
         await request.read()
         self.cluster.runs.append((self.name, request.method, request.path))
+        self.cluster.client_ports.append(request.transport.get_extra_info("peername")[1])
         answer = self.cluster.apply(request.method, request.path)
         if request.path == self.drop_path and not self.dropped:
             self.dropped = True
@@ -216,3 +219,12 @@ async def test_a_user_session_gets_the_guard_and_the_given_middlewares_run(clust
         assert not session.closed
     assert cluster.runs_of("DELETE", TIMER) == 1 and raised.value.maybe_applied_before is True
     assert seen_by_client == ["GET", "DELETE"] and seen_by_session == []
+
+
+async def test_the_guard_keeps_connections_alive(cluster):
+    node = await cluster.start()
+    async with Queen(urls=[node.url], retry=FAST) as q:
+        await q.timer("q").key("warm").peek()
+        await q.kv("ns").put("k", 1)
+        await q.timer("q").key("k").cancel()
+    assert len(cluster.client_ports) == 3 and len(set(cluster.client_ports)) == 1
