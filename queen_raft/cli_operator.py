@@ -7,14 +7,15 @@ codes as in cli_common.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
 from queen_raft.cli_common import UsageError, client_command, wire
 from queen_raft.client import Queen
 
-# The server clamps a DLQ page to 1..1000 rows (api/dlq.py DLQ_MAX_LIMIT) and answers the first
-# rows in filing order, with no cursor: a filtered listing asks for all it can get, then filters.
+# The server clamps a DLQ page to 1..1000 rows (api/dlq.py DLQ_MAX_LIMIT); a filtered or --all
+# listing asks for full pages, so it takes as few round trips as it can.
 DLQ_SERVER_MAX_ROWS = 1000
 # The server's own default page, kept when no --limit is given.
 DLQ_DEFAULT_ROWS = 100
@@ -34,16 +35,27 @@ def _matches(row: dict, args: argparse.Namespace) -> bool:
 
 
 async def dlq_list(q: Queen, args: argparse.Namespace) -> Any:
-    """`{rows, truncated}`. truncated: the answer stopped at a bound (--limit, or the server's page
-    of DLQ_SERVER_MAX_ROWS), so more rows may exist. --group and --partition filter here, over the
-    server's rows: the server filters by queue only."""
-    limit = DLQ_DEFAULT_ROWS if args.limit is None else args.limit
+    """`{rows, truncated, nextAfter}`, in filing order from --after. --group and --partition filter
+    here (the server filters by queue only), over as many of the server's pages as it takes to find
+    --limit matching rows, or every one with --all. truncated: more matching rows follow; nextAfter
+    (a dlqId) continues the listing with --after."""
+    if args.all and args.limit is not None:
+        raise UsageError("--all lists every row: give --all or --limit, not both")
     filtered = args.group is not None or args.partition is not None
-    asked = DLQ_SERVER_MAX_ROWS if filtered else min(limit, DLQ_SERVER_MAX_ROWS)
-    rows = [wire(row) for row in await q.dlq(args.queue, limit=asked)]
-    server_page_full = len(rows) >= asked
-    matching = [row for row in rows if _matches(row, args)]
-    return {"rows": matching[:limit], "truncated": server_page_full or len(matching) > limit}
+    limit = None if args.all else (DLQ_DEFAULT_ROWS if args.limit is None else args.limit)
+    # One row past the limit says whether more follow, as the server's own pages do.
+    page_size = DLQ_SERVER_MAX_ROWS if filtered or limit is None else min(limit + 1, DLQ_SERVER_MAX_ROWS)
+    matching: list[dict] = []
+    async with contextlib.aclosing(q.dlq_rows(args.queue, page_size=page_size, after=args.after)) as rows:
+        async for entry in rows:
+            row = wire(entry)
+            if _matches(row, args):
+                matching.append(row)
+                if limit is not None and len(matching) > limit:
+                    break
+    truncated = limit is not None and len(matching) > limit
+    shown = matching[:limit] if truncated else matching
+    return {"rows": shown, "truncated": truncated, "nextAfter": shown[-1]["dlqId"] if truncated else None}
 
 
 async def dlq_replay(q: Queen, args: argparse.Namespace) -> Any:
@@ -107,14 +119,19 @@ def add_operator_commands(sub: argparse._SubParsersAction, common: argparse.Argu
     dlq = sub.add_parser("dlq", help="list and replay dead letters")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
     listing = client_command(dlq_sub, "list", dlq_list, common, "dead-letter rows, payload as stored (base64)",
-                             description="Dead-letter rows in filing order, payload as stored. A timer that "
+                             description="Dead-letter rows in filing order, payload as stored: {rows, truncated, "
+                             "nextAfter}; continue a truncated listing with --after NEXT_AFTER. A timer that "
                              "failed permanently has consumerGroup __timer__ and offset -1.")
-    listing.add_argument("queue", nargs="?", default=None, help="one queue (default: every queue, by name)")
+    listing.add_argument("queue", nargs="?", default=None, help="one queue (default: every queue)")
     listing.add_argument("--group", help="only rows of this consumer group (__timer__: failed timers)")
     listing.add_argument("--partition", help="only rows of this partition")
     listing.add_argument("--limit", type=_positive_int, default=None,
-                         help=f"at most this many rows (default {DLQ_DEFAULT_ROWS}; the server gives at most "
-                              f"{DLQ_SERVER_MAX_ROWS})")
+                         help=f"at most this many rows (default {DLQ_DEFAULT_ROWS}); with --group or --partition, "
+                              "this many matching rows, read over as many pages as it takes")
+    listing.add_argument("--after", metavar="DLQ_ID", default=None,
+                         help="start after this row: the nextAfter of the previous listing")
+    listing.add_argument("--all", action="store_true",
+                         help="every (matching) row, page after page, instead of --limit rows")
     replay = client_command(dlq_sub, "replay", dlq_replay, common, "push a dead letter's message again",
                             description="Pushes the row's payload again under a new messageId (also its "
                             "transactionId) and removes the row. A timer's row (__timer__) is refused: 409 "

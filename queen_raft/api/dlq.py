@@ -15,6 +15,7 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_message_id
 from queen_raft.api.requests import json_response, query_int
 from queen_raft.api.serving import serving_of
+from queen_raft.state.dlq_pages import dlq_seq_of
 
 BAD_REQUEST = "bad_request"
 UNAVAILABLE = "unavailable"
@@ -36,13 +37,29 @@ def wire_row(row: dict) -> dict:
     return out
 
 
+def query_after(request: web.Request) -> int:
+    """`after`: the `nextAfter` of the previous page (a dlqId), as the n of its `dlq-<n>`; 0 when absent."""
+    text = request.query.get("after")
+    if not text:
+        return 0
+    after_seq = dlq_seq_of(text)
+    if after_seq is None:
+        raise ApiError(400, BAD_REQUEST, f"query parameter after must be a dlqId (dlq-<n>, a page's nextAfter), "
+                                         f"got {text!r}")
+    return after_seq
+
+
 async def get_dlq(request: web.Request) -> web.Response:
+    """One page in filing order (`dlq-<n>` ascending, across queues too); SPEC's route with an
+    `after` cursor added: `{rows, truncated, nextAfter}` as for the timer list."""
     serving = serving_of(request)
     principal = require(serving.config, request, Access.READ)
     queue = request.query.get("queue") or None
     limit = min(DLQ_MAX_LIMIT, max(1, query_int(request, "limit", DLQ_DEFAULT_LIMIT, BAD_REQUEST)))
-    rows = await read(serving, principal.tenant, lambda state: state.dlq_list(queue, limit), UNAVAILABLE)
-    return json_response({"rows": [wire_row(row) for row in rows]})
+    after_seq = query_after(request)
+    page = await read(serving, principal.tenant, lambda state: state.dlq_page(queue, after_seq, limit), UNAVAILABLE)
+    return json_response({"rows": [wire_row(row) for row in page["rows"]], "truncated": page["truncated"],
+                          "nextAfter": page["nextAfter"]})
 
 
 async def post_replay(request: web.Request) -> web.Response:

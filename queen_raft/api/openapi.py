@@ -327,8 +327,12 @@ def _paths() -> dict:
                                 params=[ns, kv_key]),
         },
         "/api/v1/dlq": {"get": operation(
-            "Dead-letter rows, payload as stored", obj({"rows": array(ref("DlqRow"))}, ("rows",)),
+            "Dead-letter rows in filing order (dlq-<n> ascending), payload as stored; keyset pages",
+            obj({"rows": array(ref("DlqRow")), "truncated": BOOL, "nextAfter": NULL_STR},
+                ("rows", "truncated", "nextAfter")),
             params=[query_param("queue", STR, "none: every queue"),
+                    query_param("after", {"type": "string", "pattern": "^dlq-[0-9]+$"},
+                                "exclusive cursor: the previous page's nextAfter"),
                     query_param("limit", {"type": "integer"}, f"clamped to 1..{dlq.DLQ_MAX_LIMIT}")])},
         "/api/v1/dlq/{dlqId}/replay": {"post": operation(
             "Push a dead-lettered message again (a new messageId, also its transactionId)", PUSH_VERDICT,

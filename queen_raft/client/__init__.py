@@ -12,12 +12,14 @@ from queen_raft.client.errors import (
     RateLimited, Refused, ServerError, TimersDisabled, TransactionRefused, Unauthorized, Unavailable,
 )
 from queen_raft.client.queen import Queen, Record
-from queen_raft.client.results import DlqRow, KvEntry, LeaseExtension, PushResult, TimerPage, TimerPeek, TimerResult, TransactionResult
+from queen_raft.client.results import (DlqPage, DlqRow, KvEntry, LeaseExtension, PushResult, TimerPage, TimerPeek,
+                                      TimerResult, TransactionResult)
 from queen_raft.client.transport import RetryPolicy
 
 __all__ = [
     "Queen", "RetryPolicy", "Message", "Record", "Duration", "duration_ms", "duration_seconds",
     "TimerResult", "TimerPeek", "TimerPage", "PushResult", "KvEntry", "TransactionResult", "LeaseExtension", "DlqRow",
+    "DlqPage",
     "QueenError", "AuthError", "Unauthorized", "Forbidden", "BadRequest", "LimitExceeded", "QuotaExceeded",
     "HorizonExceeded", "PayloadTooLarge", "RateLimited", "Unavailable", "TimersDisabled", "NotFound", "Conflict",
     "PreconditionFailed", "ServerError", "Refused", "TransactionRefused", "AckRefused", "PushRefused",

@@ -120,8 +120,9 @@ class PushRefused(Refused):
 
 class OutcomeUnknown(QueenError):
     """An attempt that may have been applied failed (503 or a dropped connection), and the retry was
-    refused in a way that the first attempt's success would explain (an ack already settled, a
-    transaction whose ack is gone). Look at the state to know."""
+    refused or answered in a way that the first attempt's success would explain (an ack already
+    settled, a transaction whose ack is gone, a cancel that found no pending timer, a KV delete that
+    found no live key). Look at the state to know."""
 
 
 class ConnectionFailed(QueenError):

@@ -44,9 +44,15 @@ class KvNamespace:
         return KvEntry.from_wire(answer.body, self.ns, key)
 
     async def delete(self, key: str) -> KvEntry:
-        """`found` says whether a live key was deleted."""
+        """`found` says whether a live key was deleted. `found: false` answered to a retry whose
+        earlier attempt may have been applied is OutcomeUnknown: that attempt may have deleted it
+        (the key is absent either way)."""
         answer = await self._queen.transport.request("DELETE", self._path(key))
-        return KvEntry.from_wire(answer.body, self.ns, key)
+        entry = KvEntry.from_wire(answer.body, self.ns, key)
+        if not entry.found and answer.maybe_applied_before:
+            raise OutcomeUnknown(answer.status, "outcome_unknown", f"the delete of {key!r} was retried and found no "
+                                 "live key: the first try may have deleted it")
+        return entry
 
     async def put_if_absent(self, key: str, value: Any, ttl: Duration | None = None) -> KvEntry:
         """PreconditionFailed (409) when the key is live. A retry after a lost answer may find the

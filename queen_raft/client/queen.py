@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 import aiohttp
 
@@ -13,7 +13,7 @@ from queen_raft.client.durations import Duration, duration_seconds
 from queen_raft.client.errors import NotFound, OutcomeUnknown, PushRefused
 from queen_raft.client.kv import KvNamespace
 from queen_raft.client.payloads import message_payload, push_payload_fields
-from queen_raft.client.results import DlqRow, LeaseExtension, PushResult
+from queen_raft.client.results import DlqPage, DlqRow, LeaseExtension, PushResult
 from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
 from queen_raft.client.transaction import Transaction
 from queen_raft.client.transport import DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport, path_segment
@@ -46,14 +46,19 @@ class Queen:
 
     def __init__(self, urls: list[str] | str | None = None, token: str | None = None, *,
                  retry: RetryPolicy | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 session: aiohttp.ClientSession | None = None):
+                 session: aiohttp.ClientSession | None = None,
+                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()):
+        """`session`: yours, kept open at close. Its client middlewares do not run for this client's
+        requests (each request passes its own list, which aiohttp lets override the session's, to
+        forbid aiohttp's silent resend: see transport.py); pass them as `middlewares` instead."""
         if isinstance(urls, str):
             urls = [urls]
         urls = list(urls) if urls else urls_from_env()
         if not urls:
             raise ValueError(f"give the node URLs (urls=[...] or {URL_ENV}=http://host:port,...)")
         self.transport = Transport(urls=urls, token=token if token is not None else os.environ.get(TOKEN_ENV),
-                                   retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session)
+                                   retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session,
+                                   middlewares=tuple(middlewares))
 
     async def __aenter__(self) -> "Queen":
         await self.transport.open()
@@ -121,10 +126,29 @@ class Queen:
 
     # -- dead letters and operator switches ----------------------------------------------------
 
-    async def dlq(self, queue: str | None = None, limit: int | None = None) -> list[DlqRow]:
-        """Dead-letter rows of one queue, or of every queue by name (server default 100, max 1000)."""
-        answer = await self.transport.request("GET", "/api/v1/dlq", params={"queue": queue, "limit": limit})
-        return [DlqRow.from_wire(row) for row in answer.body.get("rows", [])]
+    async def dlq(self, queue: str | None = None, limit: int | None = None, after: str | None = None) -> list[DlqRow]:
+        """The rows of one page of `dlq_page`."""
+        return (await self.dlq_page(queue, limit=limit, after=after)).rows
+
+    async def dlq_page(self, queue: str | None = None, limit: int | None = None,
+                       after: str | None = None) -> DlqPage:
+        """One page of dead-letter rows of one queue, or of every queue, in filing order (server
+        default 100, clamped to 1..1000), after the row `after` (the previous page's next_after)."""
+        answer = await self.transport.request("GET", "/api/v1/dlq", params={"queue": queue, "limit": limit,
+                                                                             "after": after})
+        return DlqPage.from_wire(answer.body)
+
+    async def dlq_rows(self, queue: str | None = None, page_size: int | None = None,
+                       after: str | None = None) -> AsyncIterator[DlqRow]:
+        """Every dead-letter row, page after page (each page its own linearizable read; a row filed
+        meanwhile comes last, a row replayed meanwhile may be missed or seen before it went)."""
+        while True:
+            page = await self.dlq_page(queue, limit=page_size, after=after)
+            for row in page.rows:
+                yield row
+            if not page.truncated or page.next_after is None:
+                return
+            after = page.next_after
 
     async def replay(self, dlq_id: str) -> PushResult:
         """Pushes the row's message again (a new messageId, which is also its transactionId).

@@ -171,3 +171,18 @@ class DlqRow:
                    encrypted=bool(wire.get("encrypted")), error=wire.get("error"),
                    attempts=int(wire.get("attempts") or 0), failed_at=wire.get("failedAt"),
                    timer_key=wire.get("timerKey"), raw=wire)
+
+
+@dataclass(frozen=True)
+class DlqPage:
+    """One keyset page of dead letters in filing order; `next_after` (a dlqId) continues it."""
+
+    rows: list[DlqRow]
+    truncated: bool
+    next_after: str | None
+    raw: dict = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> "DlqPage":
+        return cls(rows=[DlqRow.from_wire(row) for row in wire.get("rows", [])], truncated=bool(wire.get("truncated")),
+                   next_after=wire.get("nextAfter"), raw=wire)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from queen_raft.client.durations import Duration, duration_ms
+from queen_raft.client.errors import OutcomeUnknown
 from queen_raft.client.payloads import timer_payload_fields
 from queen_raft.client.results import TimerPage, TimerPeek, TimerResult
 from queen_raft.client.transport import path_segment
@@ -115,10 +116,18 @@ class TimerBuilder(TimerSetters):
 
     async def cancel(self) -> TimerResult:
         """The DELETE route, which no pause, rate or quota refuses. `absent` (ok false) may mean it
-        already fired: the echoed txn is the transactionId to look for in the queue."""
+        already fired: the echoed txn is the transactionId to look for in the queue.
+
+        `absent` answered to a retry whose earlier attempt may have been applied is OutcomeUnknown:
+        that attempt may have been the one that cancelled it."""
         params = {"txn": self.spec.txn} if self.spec.txn is not None else None
         answer = await self._queen.transport.request("DELETE", self._path(), params=params)
-        return TimerResult.from_wire(answer.body)
+        result = TimerResult.from_wire(answer.body)
+        if result.status == "absent" and answer.maybe_applied_before:
+            raise OutcomeUnknown(answer.status, "outcome_unknown",
+                                 f"the cancel of {self.spec.queue}/{self.spec.timer_key} was retried and found no "
+                                 "pending timer: the first try may have cancelled it, or it fired")
+        return result
 
     async def peek(self) -> TimerPeek:
         answer = await self._queen.transport.request("GET", self._path())

@@ -10,6 +10,14 @@ transport sticks to the last one that answered and moves on when it does not. It
 Retrying a write is safe because writes are idempotent on the wire (timers by key, pushes by txn,
 and the SDK mints the txn before the first attempt). Nothing else is retried: a 4xx will answer the
 same again, and a 429 names its own wait for the caller to honour.
+
+This policy is the only retry. aiohttp's ClientSession silently resends a GET, PUT or DELETE once on
+a new connection when the connection it was sent on fails (ClientOSError or ServerDisconnectedError;
+`retry_persistent_connection` in aiohttp/client.py, with force_close too). The caller would then be
+told what the resend found: `absent` for a cancel its first send applied, or, when the resend's
+connect is refused because the node died, that nothing was sent at all. Every request therefore runs
+through `no_silent_resend`, a client middleware (public aiohttp API): it turns such a failure into
+`SentThenLost`, which aiohttp does not resend, and this transport counts it as "may have been applied".
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import quote
 
 import aiohttp
@@ -34,6 +42,25 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 # A long poll's connection is held by the server for its wait; the client allows this much more
 # before calling the node stuck.
 LONG_POLL_MARGIN_S = 5.0
+
+
+class SentThenLost(aiohttp.ClientError):
+    """The request was (or may have been) sent, then its connection failed before an answer came.
+
+    Deliberately neither a ClientOSError nor a ServerDisconnectedError: aiohttp resends only those."""
+
+
+async def no_silent_resend(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """A client middleware: a failure after the connection was made is raised as SentThenLost, so
+    aiohttp's hidden resend of idempotent methods never runs (it wraps the whole middleware chain).
+    A connect that failed (ClientConnectorError) passes as it is: nothing was sent."""
+    try:
+        return await handler(request)
+    except aiohttp.ClientConnectorError:
+        raise
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+        raise SentThenLost(f"{request.method} {request.url.path}: the connection failed after the request "
+                           f"was sent ({type(exc).__name__}: {exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -80,10 +107,15 @@ class Transport:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     session: aiohttp.ClientSession | None = None
+    # Client middlewares of the caller's, run for every request of this transport (outermost first).
+    # They are passed per request, with `no_silent_resend` innermost, and aiohttp then ignores the
+    # session's own middlewares (a per-request list overrides the session's): give yours here.
+    middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()
 
     def __post_init__(self) -> None:
         if not self.urls:
             raise ValueError("give at least one node URL")
+        self._request_middlewares = (*self.middlewares, no_silent_resend)
         self._nodes = [URL(u.rstrip("/")) for u in self.urls]
         self._current = 0
         self._owns_session = self.session is None
@@ -159,7 +191,8 @@ class Transport:
             if query:
                 url = url.with_query(query)
             try:
-                async with self.session.request(method, url, data=data, headers=headers, timeout=timeout) as response:
+                async with self.session.request(method, url, data=data, headers=headers, timeout=timeout,
+                                                middlewares=self._request_middlewares) as response:
                     raw = await response.read()
                     status, response_headers = response.status, response.headers
             except aiohttp.ClientConnectorError as exc:  # never reached the node: nothing was applied
@@ -192,6 +225,7 @@ class Transport:
                 break
         if last_error is None:
             last_error = Unavailable(0, "retry_budget_exhausted", "no attempt could be made within the retry budget")
+        last_error.maybe_applied_before = maybe_applied
         raise last_error
 
 

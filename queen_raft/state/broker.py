@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import sys
 
+from .dlq_pages import dlq_page
 from .limits import (
     DEFAULT_PARTITION,
     DEFAULT_QUEUE_OPTIONS,
@@ -431,18 +432,9 @@ class Broker:
             result["error"] = error
         return result
 
-    def dlq_rows(self, queue_name: str | None, limit: int) -> list[dict]:
-        names = sorted(self.queues) if queue_name is None else [queue_name]
-        rows: list[dict] = []
-        for name in names:
-            queue = self.queues.get(name)
-            if queue is None:
-                continue
-            for row in queue.dlq.values():
-                if len(rows) >= limit:
-                    return rows
-                rows.append(dict(row))
-        return rows
+    def dlq_rows(self, queue_name: str | None, after_seq: int, limit: int) -> dict:
+        """One page of dead letters in filing order (dlq_pages.py)."""
+        return dlq_page(self.queues, queue_name, after_seq, limit)
 
     # --- snapshot -----------------------------------------------------------------------------
 

@@ -391,7 +391,11 @@ class TenantState:
         return records
 
     def dlq_list(self, queue: str | None = None, limit: int | None = None) -> list[dict]:
-        return self.broker.dlq_rows(queue, clamp_limit(limit))
+        return self.dlq_page(queue, None, limit)["rows"]
+
+    def dlq_page(self, queue: str | None = None, after_seq: int | None = None, limit: int | None = None) -> dict:
+        """`{rows, truncated, nextAfter}` in filing order, after the row `dlq-<after_seq>` (which may be gone)."""
+        return self.broker.dlq_rows(queue, after_seq or 0, clamp_limit(limit))
 
     def kv_get(self, ns: str, key: str) -> dict | None:
         return self.kv.get(ns, key, self.clock)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from queen_raft import cli_operator
 from queen_raft.api.app import create_app
 from queen_raft.cli import build_parser, main
 from queen_raft.cli_common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -156,15 +157,18 @@ def test_dlq_list_filters_limits_and_replays_once(node, capsys):
     rows = dead_letters(node, capsys, 3)
     assert [(r["transactionId"], r["error"]) for r in rows] == [("m0", "poison-0"), ("m1", "poison-1"), ("m2", "poison-2")]
     code, page, _ = cli(node, capsys, "dlq", "list", "q", "--limit", "2")
-    assert [r["transactionId"] for r in page["rows"]] == ["m0", "m1"] and page["truncated"] is True
+    assert [r["transactionId"] for r in page["rows"]] == ["m0", "m1"]
+    assert (page["truncated"], page["nextAfter"]) == (True, rows[1]["dlqId"])
+    _, rest, _ = cli(node, capsys, "dlq", "list", "q", "--limit", "2", "--after", page["nextAfter"])
+    assert [r["transactionId"] for r in rest["rows"]] == ["m2"] and (rest["truncated"], rest["nextAfter"]) == (False, None)
     _, whole, _ = cli(node, capsys, "dlq", "list", "q", "--limit", "3", token="acme-ro")
-    assert len(whole["rows"]) == 3 and whole["truncated"] is True  # a full page: more rows may exist
+    assert len(whole["rows"]) == 3 and whole["truncated"] is False  # exact: no row follows
     _, every_queue, _ = cli(node, capsys, "dlq", "list", "--group", "__QUEUE_MODE__", "--partition", "Default")
     assert len(every_queue["rows"]) == 3 and every_queue["truncated"] is False
     _, limited, _ = cli(node, capsys, "dlq", "list", "--group", "__QUEUE_MODE__", "--limit", "1")
     assert [r["transactionId"] for r in limited["rows"]] == ["m0"] and limited["truncated"] is True
     _, other, _ = cli(node, capsys, "dlq", "list", "q", "--group", "billing")
-    assert other == {"rows": [], "truncated": False}
+    assert other == {"rows": [], "truncated": False, "nextAfter": None}
 
     code, replayed, _ = cli(node, capsys, "dlq", "replay", rows[1]["dlqId"])
     assert code == EXIT_OK and replayed["status"] == "queued" and replayed["transactionId"] == replayed["messageId"]
@@ -174,6 +178,50 @@ def test_dlq_list_filters_limits_and_replays_once(node, capsys):
     assert [r["transactionId"] for r in after["rows"]] == ["m0", "m2"]
     code, popped, _ = cli(node, capsys, "pop", "q", "--auto-ack")
     assert [m["payload"] for m in popped["messages"]] == [1]  # m1's payload, pushed again
+
+
+def dead_letters_in_partitions(node, capsys, partitions: list[str]) -> list[str]:
+    """Files one dead letter per entry of `partitions` (in that order), each pushed to queue q in
+    that partition; their transactionIds in filing order."""
+    txns = []
+    for i, partition in enumerate(partitions):
+        txn = f"p{i}"
+        assert cli(node, capsys, "push", "q", "--payload", str(i), "--txn", txn, "--partition", partition)[0] == EXIT_OK
+        code, popped, _ = cli(node, capsys, "pop", "q", "--partition", partition)
+        assert code == EXIT_OK and [m["transactionId"] for m in popped["messages"]] == [txn]
+        code, verdict, _ = cli(node, capsys, "ack", "q", txn, "--lease", popped["leaseId"], "--partition", partition,
+                               "--status", "dlq")
+        assert code == EXIT_OK and verdict["dlq"] is True
+        txns.append(txn)
+    return txns
+
+
+def test_a_filtered_dlq_list_reads_past_the_first_server_page(node, capsys, monkeypatch):
+    """The filter used to see the server's first page only; it now pages on (the page is made tiny
+    here so that 7 rows span 4 pages)."""
+    monkeypatch.setattr(cli_operator, "DLQ_SERVER_MAX_ROWS", 2)
+    txns = dead_letters_in_partitions(node, capsys, ["a", "a", "a", "a", "a", "b", "b"])
+    code, listed, _ = cli(node, capsys, "dlq", "list", "q", "--partition", "b")
+    assert code == EXIT_OK and [r["transactionId"] for r in listed["rows"]] == txns[5:]
+    assert (listed["truncated"], listed["nextAfter"]) == (False, None)
+    _, first, _ = cli(node, capsys, "dlq", "list", "q", "--partition", "b", "--limit", "1")
+    assert [r["transactionId"] for r in first["rows"]] == [txns[5]] and first["truncated"] is True
+    _, second, _ = cli(node, capsys, "dlq", "list", "q", "--partition", "b", "--limit", "1", "--after", first["nextAfter"])
+    assert [r["transactionId"] for r in second["rows"]] == [txns[6]] and second["truncated"] is False
+
+
+def test_dlq_list_all_pages_through_every_row(node, capsys, monkeypatch):
+    monkeypatch.setattr(cli_operator, "DLQ_SERVER_MAX_ROWS", 2)
+    txns = dead_letters_in_partitions(node, capsys, ["a", "b", "a", "b", "a"])
+    code, listed, _ = cli(node, capsys, "dlq", "list", "--all")
+    assert code == EXIT_OK and [r["transactionId"] for r in listed["rows"]] == txns
+    assert (listed["truncated"], listed["nextAfter"]) == (False, None)
+    _, from_cursor, _ = cli(node, capsys, "dlq", "list", "--all", "--partition", "a", "--after", listed["rows"][1]["dlqId"])
+    assert [r["transactionId"] for r in from_cursor["rows"]] == [txns[2], txns[4]]
+    code, _, err = cli(node, capsys, "dlq", "list", "--all", "--limit", "5")
+    assert code == EXIT_USAGE and "--all" in err
+    code, _, err = cli(node, capsys, "dlq", "list", "--after", "17")
+    assert (code, err["error"]) == (EXIT_REFUSED, "bad_request")
 
 
 def test_ack_settles_by_lease_and_a_wrong_lease_exits_1(node, capsys):

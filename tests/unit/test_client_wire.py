@@ -115,6 +115,20 @@ async def test_rows_follows_next_after_until_the_last_page(node, queen):
     assert [s.query for s in node.seen] == [{"limit": "2"}, {"limit": "2", "after": "b"}]
 
 
+async def test_dlq_rows_follows_next_after_until_the_last_page(node, queen):
+    row = {"queue": "q", "partition": "Default", "consumerGroup": "g", "offset": 0}
+    pages = {None: {"rows": [{**row, "dlqId": "dlq-1"}, {**row, "dlqId": "dlq-4"}], "truncated": True,
+                    "nextAfter": "dlq-4"},
+             "dlq-4": {"rows": [{**row, "dlqId": "dlq-9"}], "truncated": False, "nextAfter": None}}
+    node.reply = lambda seen: (200, pages[seen.query.get("after")], {})
+    assert [r.dlq_id async for r in queen.dlq_rows("q", page_size=2)] == ["dlq-1", "dlq-4", "dlq-9"]
+    assert [s.query for s in node.seen] == [{"queue": "q", "limit": "2"}, {"queue": "q", "limit": "2", "after": "dlq-4"}]
+    page = await queen.dlq_page(limit=2)
+    assert ([r.dlq_id for r in page.rows], page.truncated, page.next_after) == (["dlq-1", "dlq-4"], True, "dlq-4")
+    assert [r.dlq_id for r in await queen.dlq(after="dlq-4")] == ["dlq-9"]
+    assert node.seen[-1].query == {"after": "dlq-4"}
+
+
 async def test_push_json_and_bytes(node, queen):
     node.replies = [(201, {"results": [{"index": 0, "status": "queued", "queue": "q", "partition": "p",
                                         "transactionId": "t", "messageId": "m", "offset": 4}]}, {})]
