@@ -9,7 +9,8 @@
   gates): `fail`. A body without the field (a node that predates it) falls back to the reason
   inside the message text; anything unrecognised stays `info`.
 - a TCP connect that was refused (aiohttp's ClientConnectorError): `fail`, as in Jepsen: no byte of
-  the request left the harness.
+  the request left the harness. That holds only because no request is ever resent behind the
+  history's back: see `open_session`.
 - any other 5xx, a timeout, a connection dropped after connecting: `info`. A 503 for a commit
   timeout or a leader change means the entry may still commit later.
 """
@@ -24,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from jepsen.history import FAIL, INFO, OK
+from queen_raft.client.transport import no_silent_resend
 
 # Above the node's commit timeout (QUEEN_RAFT_COMMIT_TIMEOUT_MS, 5 s) so a slow commit comes back as
 # the node's own 503 rather than as our timeout; below it everything would be info for nothing.
@@ -34,6 +36,19 @@ DEFINITE_5XX_ERRORS = {"timers_disabled"}
 # (certainly not applied). leader_changed and timeout are left out: their entry may still commit.
 NOT_PROPOSED_REASONS = ("no_leader", "busy", "queue_full", "paused", "no_encryption_key")
 UNAVAILABLE_REASON_MARK = "cannot answer now ("
+
+
+def open_session(connection_limit: int) -> aiohttp.ClientSession:
+    """The harness's HTTP session. aiohttp silently resends an idempotent method (DELETE, GET, PUT)
+    once on a new connection when the one it was sent on fails, with force_close too; when the
+    resend's connect is refused (the node was killed) it reports a ClientConnectorError, which would
+    be judged `fail` (certainly not applied) although the first send reached the node and may have
+    committed. Seen: a cancel proposed at the instant of a kill-all, committed, and judged not
+    applied (jepsen/findings/2026-11-30-timers-kill-s1-lost-reschedule). The SDK's
+    `no_silent_resend` middleware raises such a failure as SentThenLost, a ClientError, so `info`.
+    A fresh connection per request keeps a killed connection from touching the next operation."""
+    connector = aiohttp.TCPConnector(limit=connection_limit, force_close=True)
+    return aiohttp.ClientSession(connector=connector, middlewares=(no_silent_resend,))
 
 
 @dataclass

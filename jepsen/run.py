@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from jepsen.checkers import overall_valid
-from jepsen.client import HistoryClient
+from jepsen.client import HistoryClient, open_session
 from jepsen.cluster import TENANT, TOKEN_READ_WRITE, Cluster
 from jepsen.generator import DEFAULT_CONCURRENCY, RunPlan, final_phase, make_plan, run_clients
 from jepsen.history import HistoryWriter, fault_windows, pair_operations
@@ -73,15 +73,7 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
     workload = make_workload(options.workload)
     nemesis = Nemesis(cluster, history)
     urls = {node.id: node.base_url for node in cluster.nodes.values()}
-    # A fresh connection per request: on a kept-alive connection that dies mid-request, aiohttp
-    # silently retries an idempotent method (DELETE, GET) on a new connection, and when that one is
-    # refused (the node was killed) reports a ClientConnectorError, which the client judges `fail`
-    # (certainly not applied) although the first attempt reached the node and may have committed.
-    # Seen: a DELETE proposed at the instant of a kill-all, committed, and judged not applied
-    # (jepsen/findings/2026-11-30-timers-kill-s1-lost-reschedule). With force_close a refused
-    # connect is the only attempt, so it really proves nothing was sent.
-    connector = aiohttp.TCPConnector(limit=HTTP_CONNECTION_LIMIT, force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with open_session(HTTP_CONNECTION_LIMIT) as session:
         client = HistoryClient(session, history, urls, TOKEN_READ_WRITE)
         notes += await workload.setup(client, "setup")
         stop = asyncio.Event()
