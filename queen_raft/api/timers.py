@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 from operator import itemgetter
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -76,39 +77,57 @@ def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
 def _parse_plain_schedule(raw: Any) -> dict | None:
     """The op `_parse_timer_op_checked` returns for a well-formed schedule of plain JSON values,
     or None for anything else (which that then refuses with its message, or accepts)."""
-    row = _plain_schedule_row(raw, None)
-    if row is None:
+    rows = _plain_rows([raw], [None])
+    if rows is None:
         return None
-    queue, timer_key, partition, delay, txn, _, payload, payload_zstd, encrypted = row
+    queue, timer_key, partition, delay, txn, _, payload, payload_zstd, encrypted = rows[0]
     return {
         "op": raw["op"], "queue": queue, "timerKey": timer_key, "partition": partition, "delayMs": delay,
         "txn": txn, "payload": payload, "payloadZstd": payload_zstd, "encrypted": encrypted,
     }
 
 
-def _plain_schedule_row(raw: Any, message_id: str | None) -> list | None:
-    """A well-formed schedule of plain JSON values as its command row (ROW_FIELDS), checked in one
-    expression, or None for anything else. 2 us an op of a 256-op call went to the checked path's
-    calls and messages; this takes ~1."""
-    if type(raw) is not dict:
-        return None
-    keys = raw.keys()
-    if not (raw.get("op") in SCHEDULE_OPS and SCHEDULE_REQUIRED <= keys and keys <= SCHEDULE_FIELDS):
-        return None
-    queue, timer_key, delay, txn, payload_text = raw["queue"], raw["timerKey"], raw["delayMs"], raw["txn"], raw["payload"]
-    partition = raw.get("partition", DEFAULT_PARTITION)
-    payload_zstd = raw.get("payloadZstd", False)
-    encrypted = raw.get("encrypted", False)
-    if not (type(queue) is str and queue and type(timer_key) is str and timer_key and type(txn) is str and txn
-            and type(delay) is int and -JSON_SAFE_INT <= delay <= JSON_SAFE_INT
-            and type(partition) is str and partition and type(payload_zstd) is bool and type(encrypted) is bool
-            and type(payload_text) is str):
-        return None
-    try:
-        payload = decode_base64(payload_text)
-    except PayloadDecodeError:
-        return None
-    return [queue, timer_key, partition, delay, txn, message_id, payload, payload_zstd, encrypted]
+_REQUIRED_VALUES = itemgetter("op", "queue", "timerKey", "delayMs", "txn", "payload")
+
+
+def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
+    """The command rows (ROW_FIELDS) of ops that are all well-formed schedules of plain JSON values,
+    each with its messageId, or None when one is anything else (which `_parse_timer_op_checked`
+    then refuses with its message, or accepts).
+
+    One loop, one `and` chain an op: 2 us an op of a 256-op call went to the checked path's calls
+    and messages. The field names are checked once per distinct key order (a client sends one),
+    the required values taken in one itemgetter call: 1.4 us an op with the messageId, from 1.8
+    for a call per op (/tmp micro-benchmark, min of 7)."""
+    rows = []
+    append = rows.append
+    checked_shape = None
+    for raw, message_id in zip(raw_ops, message_ids):
+        if type(raw) is not dict:
+            return None
+        shape = tuple(raw)
+        if shape != checked_shape:
+            if not SCHEDULE_REQUIRED <= set(shape) <= SCHEDULE_FIELDS:
+                return None
+            checked_shape = shape
+        op, queue, timer_key, delay, txn, payload_text = _REQUIRED_VALUES(raw)
+        if len(shape) == len(SCHEDULE_REQUIRED):  # no optional field: the defaults
+            partition, payload_zstd, encrypted = DEFAULT_PARTITION, False, False
+        else:
+            partition = raw.get("partition", DEFAULT_PARTITION)
+            payload_zstd = raw.get("payloadZstd", False)
+            encrypted = raw.get("encrypted", False)
+        if not (op in SCHEDULE_OPS and type(queue) is str and queue and type(timer_key) is str and timer_key
+                and type(txn) is str and txn and type(delay) is int and -JSON_SAFE_INT <= delay <= JSON_SAFE_INT
+                and type(partition) is str and partition and type(payload_zstd) is bool and type(encrypted) is bool
+                and type(payload_text) is str):
+            return None
+        try:
+            payload = binascii.a2b_base64(payload_text, strict_mode=True)  # codec.decode_base64 of a str, inlined
+        except ValueError:
+            return None
+        append([queue, timer_key, partition, delay, txn, message_id, payload, payload_zstd, encrypted])
+    return rows
 
 
 def _parse_timer_op_checked(raw: Any, where: str) -> dict:
@@ -236,13 +255,9 @@ def plain_schedules(raw_ops: list) -> PlainSchedules | None:
 
     The messageIds are minted here for all the ops at once; a call that turns out not to be plain
     discards them."""
-    rows = []
-    append = rows.append
-    for raw, message_id in zip(raw_ops, new_message_ids(len(raw_ops))):
-        row = _plain_schedule_row(raw, message_id)
-        if row is None:
-            return None
-        append(row)
+    rows = _plain_rows(raw_ops, new_message_ids(len(raw_ops)))
+    if rows is None:
+        return None
     refuse_duplicate_identities(list(zip(map(itemgetter(ROW_QUEUE), rows), map(itemgetter(ROW_TIMER_KEY), rows))))
     return PlainSchedules(raw_ops, rows, set(map(itemgetter(ROW_QUEUE), rows)))
 
