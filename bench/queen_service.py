@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from bench.timer_service import PAYLOAD_B64, QUEUE, QueuedMessage, Receipt, ScheduleOp
 
@@ -31,6 +32,7 @@ BENCH_SETTINGS = {"timers_rate": 0}
 MAX_CALL_ATTEMPTS = 40
 RETRY_PAUSE_S = 0.05
 HTTP_TIMEOUT_S = 30.0
+JSON_HEADERS = {"Content-Type": "application/json"}
 # /api/v1/fetch takes up to 64 entries of up to 1,000 records each.
 FETCH_ENTRIES_PER_CALL = 64
 FETCH_RECORDS_PER_ENTRY = 1000
@@ -63,15 +65,22 @@ class QueenClient:
 
     async def _call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
         """A call retried on another node when this one is unreachable or has no leader now.
-        Every write here is idempotent (timers by key, pushes by txn), so a retry is safe."""
+        Every write here is idempotent (timers by key, pushes by txn), so a retry is safe.
+
+        Bodies and answers go through orjson, not aiohttp's stdlib json: the generator shares the
+        two cores with the nodes, and the stdlib's encode and parse of a 256-op call were 1.6 us
+        of client CPU per op (the peers are driven by their own native clients alike)."""
+        data = None if body is None else orjson.dumps(body)
+        headers = None if body is None else JSON_HEADERS
         last = None
         for _ in range(MAX_CALL_ATTEMPTS):
             url = self.endpoint.urls[self._url_index] + path
             try:
-                async with self._session.request(method, url, json=body) as response:
+                async with self._session.request(method, url, data=data, headers=headers) as response:
                     if response.status == 204:
                         return 204, None
-                    payload = await response.json(content_type=None)
+                    raw = await response.read()
+                    payload = orjson.loads(raw) if raw.strip() else None
                     if response.status == 503:
                         last = (response.status, payload)
                         self.retries += 1

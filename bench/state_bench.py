@@ -9,7 +9,10 @@ Rates and times are printed as wall clock / this process's CPU time: the machine
 cores, other engineers' tests), and CPU time is the figure that does not depend on the neighbours.
 
 - schedule ops/s: `timers` entries of 256 schedule ops each (ids shaped like the API's: a UUIDv7-like
-  messageId, a txn, a key), timing only `apply`; the commands are built outside the clock.
+  messageId, a txn, a key), timing only `apply`; the commands are built outside the clock. Measured
+  with the ops as maps (the form of older journals and of mixed calls) and as one schedule_rows
+  group (what the API proposes for a call of schedules, docs/commands.md), msgpack decode of the
+  entry included in both (every replica pays it).
 - memory per pending timer: tracemalloc's traced bytes of a fresh state holding N timers, with the
   commands dropped, divided by N; "beyond payload" subtracts each payload's bytes object
   (`sys.getsizeof(payload)`, header included). It counts everything else the state keeps per
@@ -32,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import msgpack  # noqa: E402
+
 from queen_raft.state import TenantState  # noqa: E402
 
 BATCH = 256
@@ -42,6 +47,27 @@ START_MS = 1_767_225_600_000
 SPREAD_MS = 86_400_000
 LARGE_FIRE_BATCH = 1_000_000_000
 LARGE_FIRE_BYTES = 2**40  # the largest policy value the state accepts (MAX_POLICY_VALUE)
+
+
+ROW_FIELDS = ("queue", "timerKey", "partition", "delayMs", "txn", "messageId", "payload", "payloadZstd", "encrypted")
+
+
+def schedule_entries(count: int, rows: bool):
+    """The msgpack entries of `schedule_batches`, their ops as maps or as one schedule_rows group."""
+    for command in schedule_batches(count):
+        if rows:
+            command["ops"] = [{"op": "schedule_rows", "rows": [[op[name] for name in ROW_FIELDS] for op in command["ops"]]}]
+        yield msgpack.packb(command, use_bin_type=True)
+
+
+def fill_entries(state: TenantState, count: int, rows: bool) -> Stopwatch:
+    """Decode and apply the entries; the stopwatch holds the time spent in both."""
+    watch = Stopwatch()
+    for entry in list(schedule_entries(count, rows)):
+        with watch:
+            answer = state.apply(msgpack.unpackb(entry, raw=False))
+        assert "results" in answer, answer
+    return watch
 
 
 def schedule_batches(count: int):
@@ -142,6 +168,12 @@ def main() -> None:
     state = TenantState()
     watch = fill(state, count)
     rows.append(("schedule ops/s, batches of 256 (wall / cpu)", watch.rate(count), ">= 100,000"))
+    for form, as_rows in (("maps", False), ("schedule_rows", True)):
+        del state
+        gc.collect()
+        state = TenantState()
+        watch = fill_entries(state, count, as_rows)
+        rows.append((f"decode + apply ops/s, batches of 256 as {form} (wall / cpu)", watch.rate(count), ""))
 
     if not args.skip_memory:
         del state

@@ -1,5 +1,12 @@
 """The ops of a `timers` command (and of a transaction's `timers`): validate, check quota, apply.
 
+An op is a map (one schedule, reschedule or cancel) or a group of schedule rows,
+`{"op": "schedule_rows", "rows": [[queue, timerKey, partition, delayMs, txn, messageId, payload,
+payloadZstd, encrypted], ...]}` (docs/commands.md): the same schedules as maps, positional. A
+256-op call's entry decodes in about half the time (no ten-key map per op), on every replica. The
+ops of a command are numbered flat: a group of n rows is n ops, in row order, for a refusal's
+`index` and for the results, which are exactly the results of the same schedules as maps.
+
 Validation raises `Refusal` before anything changes; `apply_timer_ops` cannot fail after it.
 """
 
@@ -10,6 +17,11 @@ from .refusal import Refusal, is_int, require
 from .timers import T_DUE_AT, T_TXN, Timer, TimerTable
 
 SCHEDULE_OPS = frozenset({"schedule", "reschedule"})
+SCHEDULE_ROWS = "schedule_rows"
+# A schedule row's fields, in order: the names of the same schedule as a map.
+ROW_FIELDS = ("queue", "timerKey", "partition", "delayMs", "txn", "messageId", "payload",
+              "payloadZstd", "encrypted")
+_LIST = {list}  # the type set of a valid group's rows
 
 
 def validate_timer_ops(ops: object, code: str = "timers_bad_request",
@@ -21,22 +33,26 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
     """
     require(isinstance(ops, list), code, "ops must be a list")
     seen: set[tuple[str, str]] = set()
-    for position, op in enumerate(ops):
+    position = index_base
+    for op in ops:
         if type(op) is not dict:
-            raise Refusal(code, "op must be an object", index_base + position)
+            raise Refusal(code, "op must be an object", position)
+        kind = op.get("op")
+        if kind == SCHEDULE_ROWS:
+            position = _validate_rows(op, seen, code, position)
+            continue
         queue, key = op.get("queue"), op.get("timerKey")
         if type(queue) is not str or type(key) is not str or not queue or not key:
-            raise Refusal(code, "queue and timerKey must be non-empty strings",
-                          index_base + position)
+            raise Refusal(code, "queue and timerKey must be non-empty strings", position)
         ident = (queue, key)
         if ident in seen:
-            raise Refusal(code, f"({queue!r}, {key!r}) appears twice", index_base + position)
+            raise Refusal(code, f"({queue!r}, {key!r}) appears twice", position)
         seen.add(ident)
-        kind = op.get("op")
         if kind == "cancel":
             txn = op.get("txn")
             if txn is not None and type(txn) is not str:
-                raise Refusal(code, "txn must be a string", index_base + position)
+                raise Refusal(code, "txn must be a string", position)
+            position += 1
             continue
         if (kind not in SCHEDULE_OPS or type(op.get("delayMs")) is not int
                 or type(op.get("txn")) is not str or type(op.get("messageId")) is not str
@@ -44,10 +60,68 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
                 or type(op.get("partition", DEFAULT_PARTITION)) is not str
                 or type(op.get("payloadZstd", False)) is not bool
                 or type(op.get("encrypted", False)) is not bool):
-            raise Refusal(code, schedule_problem(op), index_base + position)
+            raise Refusal(code, schedule_problem(op), position)
         if not -MAX_DELAY_MS <= op["delayMs"] <= MAX_DELAY_MS:
-            raise Refusal(code, f"delayMs must be within +-{MAX_DELAY_MS}", index_base + position)
+            raise Refusal(code, f"delayMs must be within +-{MAX_DELAY_MS}", position)
+        position += 1
     return ops
+
+
+def _validate_rows(group: dict, seen: set[tuple[str, str]], code: str, position: int) -> int:
+    """The rows of a schedule_rows group, each checked as the same schedule map would be; returns
+    the position after the group. A group that fails `_rows_pass` is walked again, row by row in
+    the order of the map checks, for the first refusal and its message."""
+    rows = group.get("rows")
+    if type(rows) is not list or not rows:
+        raise Refusal(code, "schedule_rows: rows must be a non-empty list", position)
+    identities = _rows_pass(rows)
+    if identities is not None and seen.isdisjoint(identities):
+        seen |= identities
+        return position + len(rows)
+    for row in rows:
+        if type(row) is not list or len(row) != len(ROW_FIELDS):
+            raise Refusal(code, f"a schedule row is a list of {len(ROW_FIELDS)} fields", position)
+        queue, key, partition, delay, txn, message_id, payload, payload_zstd, encrypted = row
+        if type(queue) is not str or type(key) is not str or not queue or not key:
+            raise Refusal(code, "queue and timerKey must be non-empty strings", position)
+        ident = (queue, key)
+        if ident in seen:
+            raise Refusal(code, f"({queue!r}, {key!r}) appears twice", position)
+        seen.add(ident)
+        if (type(delay) is not int or type(txn) is not str or type(message_id) is not str
+                or type(payload) is not bytes or type(partition) is not str
+                or type(payload_zstd) is not bool or type(encrypted) is not bool):
+            raise Refusal(code, schedule_problem(row_as_op(row)), position)
+        if not -MAX_DELAY_MS <= delay <= MAX_DELAY_MS:
+            raise Refusal(code, f"delayMs must be within +-{MAX_DELAY_MS}", position)
+        position += 1
+    return position
+
+
+def _rows_pass(rows: list) -> set[tuple[str, str]] | None:
+    """The (queue, timerKey)s of the rows when every row passes every check (one `and` chain a
+    row, the fastest form measured: 0.3 us a row against 0.4 for the map checks), else None."""
+    if set(map(type, rows)) != _LIST:
+        return None
+    identities: set[tuple[str, str]] = set()
+    add = identities.add
+    try:
+        for queue, key, partition, delay, txn, message_id, payload, payload_zstd, encrypted in rows:
+            if not (type(queue) is str and queue and type(key) is str and key
+                    and type(delay) is int and -MAX_DELAY_MS <= delay <= MAX_DELAY_MS
+                    and type(txn) is str and type(message_id) is str and type(payload) is bytes
+                    and type(partition) is str and type(payload_zstd) is bool
+                    and type(encrypted) is bool):
+                return None
+            add((queue, key))
+    except ValueError:  # a row of another length
+        return None
+    return identities if len(identities) == len(rows) else None
+
+
+def row_as_op(row: list) -> dict:
+    """A schedule row as the schedule map it stands for."""
+    return {"op": "schedule", **dict(zip(ROW_FIELDS, row))}
 
 
 def schedule_problem(op: dict) -> str:
@@ -71,8 +145,17 @@ def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None
     if max_pending is None:
         return
     require(is_int(max_pending), "timers_bad_request", "maxPending must be an integer")
+    schedules = sum(len(op["rows"]) if op["op"] == SCHEDULE_ROWS else op["op"] != "cancel"
+                    for op in ops)
+    # The batch adds at most its schedules and removes none or more: within the quota even then,
+    # no need to look each one up (the usual case, far from the quota).
+    if table.count + schedules <= max_pending:
+        return
     added = removed = 0
     for op in ops:
+        if op["op"] == SCHEDULE_ROWS:
+            added += sum(table.get(row[0], row[1]) is None for row in op["rows"])
+            continue
         exists = table.get(op["queue"], op["timerKey"]) is not None
         if op["op"] == "cancel":
             removed += exists
@@ -86,10 +169,13 @@ def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None
 def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None,
                     now: int) -> tuple[list[dict], list[Timer], int]:
     """`(results in input order, timers already due, billed schedule ops)`."""
-    results = []
+    results: list[dict] = []
     due_now: list[Timer] = []
     billed = 0
     for op in ops:
+        if op["op"] == SCHEDULE_ROWS:
+            billed += table.upsert_rows(op["rows"], producer_sub, now, results, due_now)
+            continue
         queue, key = op["queue"], op["timerKey"]
         if op["op"] == "cancel":
             timer = table.get(queue, key)

@@ -110,9 +110,9 @@ class TimerTable:
         # pending timer, so the order is the fire order.
         self.due = SortedList()
         self.count = 0
-        # Timers and (queue, key)s of new timers upserted but not yet in the sorted indexes.
+        # Timers, and the keys of new timers by queue, upserted but not yet in the sorted indexes.
         self._staged_due: list[Timer] = []
-        self._staged_keys: list[tuple[str, str]] = []
+        self._staged_keys: dict[str, list[str]] = {}
 
     def get(self, queue: str, key: str) -> Timer | None:
         timers = self.by_queue.get(queue)
@@ -162,7 +162,10 @@ class TimerTable:
             timer = timers[key] = (deliver_at, queue, key, _intern(partition), txn, message_id,
                                    payload, payload_zstd, encrypted, producer_sub, None, now,
                                    now)
-            self._staged_keys.append((queue, key))
+            staged_keys = self._staged_keys.get(queue)
+            if staged_keys is None:
+                staged_keys = self._staged_keys[queue] = []
+            staged_keys.append(key)
             self._staged_due.append(timer)
             self.count += 1
             return timer, False
@@ -177,6 +180,61 @@ class TimerTable:
         self._staged_due.append(timer)
         return timer, True
 
+    def upsert_rows(self, rows: list[list], producer_sub: str | None, now: int,
+                    results: list[dict], due_now: list[Timer]) -> int:
+        """`upsert` of each schedule row (timer_ops.ROW_FIELDS), staged alike, with its result
+        appended to `results` and, when already due, its timer to `due_now`; returns the count.
+
+        The same timers and results as one `upsert` per row, in one loop: no call per row, and
+        the interned queue and partition of the previous row reused (a batch names few). A
+        256-row entry applies on every replica; the per-row call and lookups were half its cost.
+        """
+        by_queue = self.by_queue
+        staged_due = self._staged_due
+        last_queue = last_partition = timers = staged_keys = None
+        added = 0
+        for queue, key, partition, delay, txn, message_id, payload, payload_zstd, encrypted in rows:
+            if queue != last_queue:
+                last_queue = queue = _intern(queue)
+                timers = by_queue.get(queue)
+                if timers is None:
+                    timers = by_queue[queue] = {}
+                    self.keys[queue] = SortedList()
+                staged_keys = None  # this queue's list of new keys, once it has one
+            else:
+                queue = last_queue
+            if partition != last_partition:
+                last_partition = _intern(partition)
+            deliver_at = now + delay
+            old = timers.get(key)
+            if old is None:
+                stored_txn = key if txn == key else txn  # one str object for both
+                timer = timers[key] = (deliver_at, queue, key, last_partition, stored_txn,
+                                       message_id, payload, payload_zstd, encrypted,
+                                       producer_sub, None, now, now)
+                if staged_keys is None:
+                    staged_keys = self._staged_keys.setdefault(queue, [])
+                staged_keys.append(key)
+                status = "scheduled"
+                added += 1
+            else:
+                stored_key = old[T_KEY]
+                stored_txn = stored_key if txn == stored_key else txn
+                self.due.remove(old)
+                # A reschedule keeps createdAt: the key has been pending since then.
+                timer = timers[stored_key] = (deliver_at, queue, stored_key, last_partition,
+                                              stored_txn, message_id, payload, payload_zstd,
+                                              encrypted, producer_sub, None, old[T_CREATED_AT],
+                                              now)
+                status = "rescheduled"
+            staged_due.append(timer)
+            if deliver_at <= now:
+                due_now.append(timer)
+            results.append({"ok": True, "status": status, "queue": queue, "timerKey": key,
+                            "txn": txn, "messageId": message_id, "deliverAt": deliver_at})
+        self.count += added
+        return len(rows)
+
     def commit_staged(self) -> None:
         """Put the timers staged by `upsert` into the due and key indexes."""
         if self._staged_due:
@@ -184,18 +242,11 @@ class TimerTable:
             insert_sorted(self.due, self._staged_due)
             self._staged_due = []
         if self._staged_keys:
-            self._staged_keys.sort()
             keys = self.keys
-            start = 0
-            staged = self._staged_keys
-            while start < len(staged):
-                queue = staged[start][0]
-                end = start + 1
-                while end < len(staged) and staged[end][0] == queue:
-                    end += 1
-                insert_sorted(keys[queue], [key for _, key in staged[start:end]])
-                start = end
-            self._staged_keys = []
+            for queue, staged in self._staged_keys.items():
+                staged.sort()
+                insert_sorted(keys[queue], staged)
+            self._staged_keys = {}
 
     def next_due_at(self) -> int | None:
         return self.due[0][0] if self.due else None

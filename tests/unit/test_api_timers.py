@@ -134,7 +134,9 @@ async def test_producer_sub_is_the_tokens_and_message_ids_are_uuid7():
         assert message_id[14] == "7"  # version nibble of a UUIDv7
         command = api.groups["acme"].writes()[0]
         assert command["producerSub"] == api.serving.config.find_token("acme-wo").sub
-        assert command["ops"][0]["messageId"] == message_id
+        [group] = command["ops"]  # a call of plain schedules is one schedule_rows group
+        assert group["op"] == "schedule_rows"
+        assert group["rows"] == [["q", "k1", "Default", 300, "txn-k1", message_id, b'{"hi":1}', False, False]]
 
 
 async def test_delete_route_cancels_echoes_txn_and_answers_absent_after_the_fire():
