@@ -129,3 +129,56 @@ def test_payload_fields_never_answer_nan_or_infinity_as_json():
         assert fields == {"payloadB64": base64.b64encode(raw).decode("ascii")}, raw
         json.loads(json.dumps(fields, allow_nan=False))
     assert payload_fields(b" [1.5e3, -0] ") == {"payload": [1500.0, 0]}
+
+
+def test_a_known_header_is_answered_from_the_cache_for_its_own_config_only():
+    """The second call with a header answers the same principal without hashing again; another
+    config (same header) is checked against its own tokens, so a token it lacks is a 401 there."""
+    from queen_raft.api import auth
+
+    config = cluster_config()
+    first = authenticate(config, request_with("Bearer acme-rw"))
+    hashed = []
+    original = type(config).find_token
+
+    def counting_find_token(self, token):
+        hashed.append(token)
+        return original(self, token)
+
+    try:
+        type(config).find_token = counting_find_token
+        assert authenticate(config, request_with("Bearer acme-rw")) == first
+        assert hashed == []
+        other = cluster_config()
+        assert authenticate(other, request_with("Bearer acme-rw")) == first
+        assert hashed == ["acme-rw"]
+        object.__setattr__(other, "tokens_by_sha256", {})  # a config that does not know the token
+        auth._principal_by_header.clear()
+        authenticate(config, request_with("Bearer acme-rw"))
+        with pytest.raises(ApiError) as refused:
+            authenticate(other, request_with("Bearer acme-rw"))
+        assert refused.value.status == 401
+    finally:
+        type(config).find_token = original
+
+
+def test_unknown_headers_are_never_cached():
+    from queen_raft.api import auth
+
+    auth._principal_by_header.clear()
+    config = cluster_config()
+    for header in ("Bearer nope", "Basic acme-rw", ""):
+        with pytest.raises(ApiError):
+            authenticate(config, request_with(header))
+    assert auth._principal_by_header == {}
+
+
+def test_the_cache_is_bounded(monkeypatch):
+    from queen_raft.api import auth
+
+    monkeypatch.setattr(auth, "PRINCIPAL_CACHE_MAX", 3)
+    auth._principal_by_header.clear()
+    config = cluster_config()
+    for spaces in range(1, 8):  # spellings of one token: "Bearer acme-rw", "Bearer  acme-rw", ...
+        authenticate(config, request_with("Bearer" + " " * spaces + "acme-rw"))
+        assert len(auth._principal_by_header) <= 3
