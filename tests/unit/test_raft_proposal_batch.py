@@ -312,3 +312,46 @@ async def test_a_whole_batch_refusal_reaches_every_caller_of_the_batch():
     answers = await asyncio.gather(*[propose(batcher, {"op": "set", "key": f"k{i}", "value": i}) for i in range(3)])
     assert [result["error"] for result, _ in answers] == ["internal"] * 3
     assert raft.consumer.state.values == {}
+
+
+# --- DeadlineSlots: callers' commit timeouts sharing loop timers ----------------------------------
+
+async def test_deadline_slots_time_out_only_the_calls_still_waiting_never_early():
+    from queen_raft.raft.proposal_batch import DeadlineSlots
+
+    loop = asyncio.get_running_loop()
+    expired = []
+    slots = DeadlineSlots(loop, expired.append, slot_s=0.01)
+    answered, waiting, later = loop.create_future(), loop.create_future(), loop.create_future()
+    armed_at = loop.time()
+    keys = {f: slots.arm(f, timeout_s) for f, timeout_s in ((answered, 0.03), (waiting, 0.03), (later, 0.2))}
+    assert keys[answered] == keys[waiting] and slots.handles == 2 and len(slots) == 3
+    slots.disarm(answered, keys[answered])  # answered before its deadline: never expired
+    while not expired:
+        await asyncio.sleep(0.005)
+    assert expired == [waiting] and loop.time() - armed_at >= 0.03
+    assert slots.handles == 1 and len(slots) == 1
+    slots.disarm(waiting, keys[waiting])  # the caller's finally, after its timeout: harmless
+    slots.disarm(later, keys[later])  # the last of its slot: its handle is cancelled
+    assert slots.handles == 0 and len(slots) == 0
+    await asyncio.sleep(0.25)
+    assert expired == [waiting]
+
+
+async def test_a_proposal_that_never_commits_times_out_through_its_slot():
+    """group.py's use: the future settles with the timeout marker, the slot is gone afterwards."""
+    from queen_raft.raft.proposal_batch import DeadlineSlots
+
+    loop = asyncio.get_running_loop()
+    timed_out = object()
+    slots = DeadlineSlots(loop, lambda future: settle_future(future, None, timed_out), slot_s=0.01)
+    futures = [loop.create_future() for _ in range(50)]
+    keys = [slots.arm(future, 0.02) for future in futures]
+    assert slots.handles <= 2  # fifty calls, one or two loop timers (the window may turn between)
+    settle_future(futures[0], {"ok": True}, FAIL_REASON.SUCCESS)
+    results = await asyncio.gather(*futures)
+    for future, key in zip(futures, keys):
+        slots.disarm(future, key)
+    assert results[0] == ({"ok": True}, FAIL_REASON.SUCCESS)
+    assert all(result == (None, timed_out) for result in results[1:])
+    assert slots.handles == 0
