@@ -64,10 +64,10 @@ TICK_COMMIT_TIMEOUT_S = 1.0
 # Ticks proposed and not yet committed while a drain is on (see _tick_until_failure). A 256-fire
 # tick's result reaches the loop 2.3-4 ms (p50) and 9-13 ms (p90) after its proposal (traced in
 # 200,000- and 500,000-timer drains on this loaded 2-core box); at the 5 ms minimum gap, 4 in
-# flight keep proposals at the gap (the bound held back 0.4-1.5 % of the ticks). 8 measured worse
-# in a 500,000-timer drain (36.8k and 33.0k fires/s against 37.9k and 37.5k, load ~4): more ticks
-# queued behind a CPU-bound apply only delay the loop's own turns. It is also the bound on ticks
-# that find nothing due at the end of a drain (at most 3).
+# flight keep proposals at the gap (the bound held back 0.4-1.5 % of the ticks). 8 was no better
+# in 500,000-timer drains (44.3k, 41.1k, 46.1k fires/s with 4; 46.4k, 41.4k, 44.8k with 8; load
+# 2-3), and would leave up to 7 ticks that find nothing due at the end of a drain instead of 3:
+# this is also the bound on those.
 TICKS_IN_FLIGHT_MAX = 4
 
 # The finest wait the asyncio loop keeps: selectors.EpollSelector rounds a timeout up to whole ms
