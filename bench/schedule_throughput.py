@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from bench.keepalive_client import KeepAliveScheduleClient
 from bench.latency import summary
 from bench.load_generator import closed_loop
 from bench.process_usage import CpuWindow
@@ -45,7 +46,9 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
     duration = DURATION_S[quick]
 
     async def body() -> dict:
-        client = service.client(SINGLE_OP_CLIENTS)
+        # Ours is driven by a lean keep-alive HTTP client (bench/keepalive_client.py), as the peers
+        # are by their own native clients: the generator shares the two cores with the servers.
+        client = KeepAliveScheduleClient(service.endpoint) if service.name == OURS else service.client(SINGLE_OP_CLIENTS)
         try:
             async def single(seq: int) -> int:
                 await client.schedule([ScheduleOp(f"s-{seq}", FAR_DELAY_MS, f"s-{seq}")])

@@ -1,10 +1,9 @@
 """bench/keepalive_client.py against a real aiohttp server: the request QueenClient sends, answers
-read by Content-Length on kept-alive connections, and QueenClient's retries."""
+read by httptools on kept-alive connections, and QueenClient's retries."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 
 import pytest
@@ -142,12 +141,13 @@ async def test_connection_close_is_honoured_and_the_next_call_opens_a_new_connec
     assert client.retries == 0 and len(node.connections) == 2
 
 
-async def test_an_answer_without_content_length_is_refused_not_guessed():
+async def test_a_chunked_answer_is_read_whole():
     async def chunked(request, body):
         response = web.StreamResponse()
         response.enable_chunked_encoding()
         await response.prepare(request)
-        await response.write(json.dumps({"results": [{"deliverAt": 1}]}).encode())
+        await response.write(b'{"results": [{"deliverAt"')
+        await response.write(b': 1}]}')
         await response.write_eof()
         return response
 
@@ -155,11 +155,31 @@ async def test_an_answer_without_content_length_is_refused_not_guessed():
     server = await served(node)
     client = KeepAliveScheduleClient(QueenEndpoint((url_of(server),), "acme-rw"))
     try:
-        with pytest.raises(ProtocolMismatch):
-            await client.schedule([ScheduleOp("k", 1, "t")])
+        assert await client.schedule([ScheduleOp("k", 1, "t")]) == [1]
+        assert await client.schedule([ScheduleOp("k", 1, "t")]) == [1000]  # and the connection goes on
     finally:
         await client.close()
         await server.close()
+    assert len(node.connections) == 1
+
+
+async def test_bytes_that_are_not_http_are_refused_not_guessed():
+    from bench.keepalive_client import _Connection
+
+    class Sink:
+        def write(self, data):
+            pass
+
+        def close(self):
+            pass
+
+    connection = _Connection()
+    connection.connection_made(Sink())
+    pending = asyncio.ensure_future(connection.request(b"POST / HTTP/1.1\r\n\r\n", b"", 1.0))
+    await asyncio.sleep(0)
+    connection.data_received(b"SSH-2.0-OpenSSH_9.2\r\n")
+    with pytest.raises(ProtocolMismatch):
+        await asyncio.wait_for(pending, 1.0)
 
 
 async def test_an_answer_arriving_in_pieces_is_read_once_whole():
