@@ -10,6 +10,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 import time
 from dataclasses import dataclass
 
@@ -44,6 +45,15 @@ ENCRYPTION_CHECK_RETRY_S = 0.25
 # cyclic objects), the p99 of every call in flight; none ran within a run with this policy. 1000 gen1 collections are ~100 s at full load,
 # so cyclic garbage that reaches gen2 still goes, a little later.
 GC_THRESHOLDS = (700, 10, 1000)
+# How long a thread waiting for the GIL lets the holder run before asking it to let go (CPython's
+# default is 5 ms). The journal flush releases the GIL (fdatasync, raft/journal.py), so the tick
+# thread takes it back from the busy loop thread after every flush, and every commit waits on the
+# tick thread. Measured (schedule_throughput --quick, alternating A/B, 2026-11-30; raft/README.md
+# "GIL and the flush"): fdatasync with 5 ms was below msync at load 2.4-9.6 (single-op 1,632
+# against 1,682 calls/s, batched 17.5k against 20.8k, medians of 12 pairs); with 0.5 ms it was
+# level at load 3.5-9 (1,587 / 21.7k against 1,664 / 22.1k, 10 pairs) and ahead at load 2-4
+# (3,165 calls/s p99 17.0 ms, 43.0k against 2,745, 21.5 ms, 30.4k; 3 pairs).
+GIL_SWITCH_INTERVAL_S = 0.0005
 # sysexits' EX_CONFIG: the operator must fix the node's environment, a restart alone will not do.
 EXIT_MISSING_ENCRYPTION_KEY = 78
 
@@ -234,6 +244,10 @@ def configure_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def configure_gil_switch_interval() -> None:
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
 def run_node(config: ClusterConfig, node_id: str) -> None:
     """Serves on the stdlib asyncio loop. uvloop was measured (three A/B pairs of single-op
     schedules: 2,428 vs 2,439 calls/s, no difference) and not kept: its clock and timers have 1 ms
@@ -241,6 +255,7 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
     with, and its socket writes hold the GIL."""
     process = build_node(config, node_id)
     configure_gc()
+    configure_gil_switch_interval()
     try:
         asyncio.run(serve(process))
     finally:
