@@ -46,8 +46,8 @@ covers two kinds of entries:
   the flush that covers them, as before;
 - entries skipped because already held: an earlier message added them. Either a flush has run
   since, and they are on disk; or none has, and then the journal is still dirty from their add
-  (`dirty` is one flag for the whole file, cleared only by flush_if_dirty after msync of the whole
-  mapping, or by a compaction whose rewritten file was flushed before its rename), so this ack is
+  (`dirty` is one flag for the whole file, cleared only by flush_if_dirty after an fdatasync of the
+  whole journal file, or by a compaction whose rewritten file was flushed before its rename), so this ack is
   held behind the same flush. An ack sent while the journal is clean therefore never covers an
   unflushed entry.
 Skipping also removes stock's exposure: it no longer deletes and rewrites records this node has
