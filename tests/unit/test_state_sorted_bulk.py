@@ -118,3 +118,46 @@ def test_works_on_the_state_s_tuples():
     expected = [v for i, v in enumerate(values) if i >= 37 and not (40 <= i < 300 and (i - 40) % 3 == 0)]
     entries._check()
     assert list(entries) == expected
+
+
+GAP = 5000  # between neighbouring present values: room for a run of several sublists
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_insert_sorted_of_a_run_in_one_gap_equals_adding_each(load):
+    """The one-slice path: values that all fall between two neighbours present (or before the
+    first, or after the last), of every length up to several sublists' worth; and the values
+    that share a sublist with a present value between them, which must not take it."""
+    rng = random.Random(load * 7)
+    for _ in range(200):
+        present = sorted(rng.sample(range(GAP * 2, GAP * 4002, GAP), rng.randint(1, 3000 if load == 1000 else 300)))
+        gap_after = rng.choice([0] + present)  # 0: before the first present value
+        run = sorted(rng.sample(range(gap_after + 1, gap_after + GAP), rng.choice([1, 2, load, 3 * load + 1, GAP - 1])))
+        if rng.random() < 0.3:
+            # One value in the next gap: the run spans a present value (the slot between is often taken).
+            run.append(gap_after + GAP + 1 + rng.randrange(GAP - 2))
+        entries = filled(load, present)
+        if rng.random() < 0.5:
+            assert entries[len(present) // 2] == present[len(present) // 2]
+        insert_sorted(entries, run)
+        check_after(entries, sorted(present + run))
+
+
+def test_insert_sorted_of_a_run_takes_the_slice_path():
+    """A run into a gap inside a sublist is inserted whole, not value by value (`insort` is not
+    called), and one that a present value splits is not."""
+    import queen_raft.state.sorted_bulk as sorted_bulk
+    calls = []
+    real_insort = sorted_bulk.insort
+    sorted_bulk.insort = lambda sublist, value: (calls.append(value), real_insort(sublist, value))
+    try:
+        entries = filled(1000, list(range(0, 3000, 10)))
+        insert_sorted(entries, [501, 502, 503, 504])
+        assert calls == []
+        check_after(entries, sorted(list(range(0, 3000, 10)) + [501, 502, 503, 504]))
+        entries = filled(1000, list(range(0, 3000, 10)))
+        insert_sorted(entries, [501, 502, 511])
+        assert calls == [501, 502, 511]
+        check_after(entries, sorted(list(range(0, 3000, 10)) + [501, 502, 511]))
+    finally:
+        sorted_bulk.insort = real_insort
