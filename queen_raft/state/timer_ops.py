@@ -41,13 +41,7 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
         if kind == SCHEDULE_ROWS:
             position = _validate_rows(op, seen, code, position)
             continue
-        queue, key = op.get("queue"), op.get("timerKey")
-        if type(queue) is not str or type(key) is not str or not queue or not key:
-            raise Refusal(code, "queue and timerKey must be non-empty strings", position)
-        ident = (queue, key)
-        if ident in seen:
-            raise Refusal(code, f"({queue!r}, {key!r}) appears twice", position)
-        seen.add(ident)
+        _claim_identity(op.get("queue"), op.get("timerKey"), seen, code, position)
         if kind == "cancel":
             txn = op.get("txn")
             if txn is not None and type(txn) is not str:
@@ -67,6 +61,16 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
     return ops
 
 
+def _claim_identity(queue: object, key: object, seen: set[tuple[str, str]], code: str, position: int) -> None:
+    """The op's (queue, timerKey), checked and added to `seen`; the same refusals for a map and a row."""
+    if type(queue) is not str or type(key) is not str or not queue or not key:
+        raise Refusal(code, "queue and timerKey must be non-empty strings", position)
+    ident = (queue, key)
+    if ident in seen:
+        raise Refusal(code, f"({queue!r}, {key!r}) appears twice", position)
+    seen.add(ident)
+
+
 def _validate_rows(group: dict, seen: set[tuple[str, str]], code: str, position: int) -> int:
     """The rows of a schedule_rows group, each checked as the same schedule map would be; returns
     the position after the group. A group that fails `_rows_pass` is walked again, row by row in
@@ -82,12 +86,7 @@ def _validate_rows(group: dict, seen: set[tuple[str, str]], code: str, position:
         if type(row) is not list or len(row) != len(ROW_FIELDS):
             raise Refusal(code, f"a schedule row is a list of {len(ROW_FIELDS)} fields", position)
         queue, key, partition, delay, txn, message_id, payload, payload_zstd, encrypted = row
-        if type(queue) is not str or type(key) is not str or not queue or not key:
-            raise Refusal(code, "queue and timerKey must be non-empty strings", position)
-        ident = (queue, key)
-        if ident in seen:
-            raise Refusal(code, f"({queue!r}, {key!r}) appears twice", position)
-        seen.add(ident)
+        _claim_identity(queue, key, seen, code, position)
         if (type(delay) is not int or type(txn) is not str or type(message_id) is not str
                 or type(payload) is not bytes or type(partition) is not str
                 or type(payload_zstd) is not bool or type(encrypted) is not bool):
