@@ -25,8 +25,9 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Any
 
-from jepsen.checkers import _property, check_pushes, check_replicas_agree
+from jepsen.checkers import _property, check_replicas_agree
 from jepsen.history import FAIL, INFO, OK, Operation, client_operations
+from jepsen.queue_checkers import check_pushes
 
 TXN_F = "txn"
 READ_F = "read"

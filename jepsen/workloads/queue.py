@@ -7,9 +7,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from jepsen.checkers import check_pushes, check_queue_consumption, check_replicas_agree, judged_on_partial_log
+from jepsen.checkers import check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient
 from jepsen.history import Operation, FaultWindow
+from jepsen.queue_checkers import check_pushes, check_queue_consumption
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
 from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, PushWorkload, configure_queue
 

@@ -14,9 +14,11 @@ import json
 import random
 from typing import Any
 
-from jepsen.checkers import check_queue_consumption, check_replicas_agree, check_timers, judged_on_partial_log
+from jepsen.checkers import check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient, Outcome
 from jepsen.history import FAIL, OK, FaultWindow, Operation
+from jepsen.queue_checkers import check_queue_consumption
+from jepsen.timer_checkers import check_timers
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
 from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, read_back
 

@@ -5,7 +5,8 @@ Times below are milliseconds after BASE on both the monotonic and the wall clock
 
 from __future__ import annotations
 
-from jepsen.checkers import check_pushes, check_queue_consumption, check_timers
+from jepsen.queue_checkers import check_pushes, check_queue_consumption
+from jepsen.timer_checkers import check_timers
 from jepsen.history import FAIL, INFO, INVOKE, NEMESIS_PROCESS, OK, Event, fault_windows, pair_operations
 
 BASE = 1_700_000_000_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jepsen.checkers import timer_step
+from jepsen.timer_checkers import timer_step
 from jepsen.linearizability import INVALID, KeyOperation, check_key
 
 
