@@ -1,3 +1,3 @@
-from queen_raft.cli import main
+from queen_raft.cli.main import main
 
 raise SystemExit(main())

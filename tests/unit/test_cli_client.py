@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from queen_raft.cli import build_parser, main
-from queen_raft.cli_client import EXIT_UNREACHABLE, EXIT_USAGE
+from queen_raft.cli.output import EXIT_UNREACHABLE, EXIT_USAGE
 
 
 def refused_url() -> str:

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from queen_raft import cli_operator
 from queen_raft.api.app import create_app
 from queen_raft.cli import build_parser, main
-from queen_raft.cli_common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from queen_raft.cli_transaction import is_idempotent, with_minted_ids
+from queen_raft.cli import operator as cli_operator
+from queen_raft.cli.output import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from queen_raft.cli.transaction import is_idempotent, with_minted_ids
 from test_api_fake_group import make_serving
 
 # Every call of the test thread into the server's loop answers in milliseconds; this is a hang.

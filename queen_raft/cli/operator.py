@@ -1,7 +1,7 @@
 """The operator commands of `queen-raft`: dlq list|replay, admin pause|resume, usage, queue configure.
 
 What an operator needs at a terminal during an incident, without writing Python. Output and exit
-codes as in cli_common.py.
+codes as in output.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import contextlib
 import json
 from typing import Any
 
-from queen_raft.cli_common import UsageError, client_command, wire
+from queen_raft.cli.output import UsageError, client_command, wire
 from queen_raft.client import Queen
 
 # The server clamps a DLQ page to 1..1000 rows (api/dlq.py DLQ_MAX_LIMIT); a filtered or --all

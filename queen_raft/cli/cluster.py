@@ -1,13 +1,10 @@
-"""`queen-raft node`, `queen-raft cluster up` and `queen-raft cluster status`; the client commands
-live in cli_client.py (timer, push, pop, kv), cli_operator.py (dlq, admin, usage, queue configure)
-and cli_transaction.py (transaction, ack, lease extend)."""
+"""`queen-raft node`, `queen-raft cluster up` and `queen-raft cluster status`: the commands that run
+nodes from a cluster config and report on them, rather than call the API of a running cluster."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import signal
 import subprocess
 import sys
@@ -16,8 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from queen_raft.cli_client import add_client_commands
-from queen_raft.config import ClusterConfig, ConfigError, load_config
+from queen_raft.config import ClusterConfig, load_config
 
 # `cluster up` waits this long for every node to report a leader in every group: an election is
 # ~0.3 s, the interpreter and pysyncobj start in ~0.5 s; the rest is room for a loaded machine.
@@ -166,9 +162,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         print("stopped.", file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queen-raft", description="A Raft-replicated timer service.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
     node = sub.add_parser("node", help="run one node: every tenant group and the HTTP API")
     node.add_argument("--config", type=Path, default=None, help="cluster TOML (default: cluster_configs/single.toml)")
     node.add_argument("--id", default=None, help="this node's id in the config (default: the only node)")
@@ -181,22 +175,3 @@ def build_parser() -> argparse.ArgumentParser:
     status = cluster_sub.add_parser("status", help="each group's leader, term, commit and applied index")
     status.add_argument("--config", type=Path, required=True)
     status.set_defaults(handler=cmd_cluster_status)
-    add_client_commands(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        if args.command == "node" and args.id is None:
-            config = load_config(args.config)
-            if len(config.nodes) != 1:
-                raise ConfigError(f"{config.source} has {len(config.nodes)} nodes: say which with --id")
-            args.id = config.nodes[0].id
-        return args.handler(args)
-    except ConfigError as exc:
-        print(f"queen-raft: config error: {exc}", file=sys.stderr)
-        return 2
-

@@ -1,7 +1,7 @@
 """The all-or-nothing and settling commands of `queen-raft`: transaction (a JSON body from a file),
 ack (one popped message, by its lease and transactionId) and lease extend.
 
-Output and exit codes as in cli_common.py; a refused transaction (`success: false`, rolled back
+Output and exit codes as in output.py; a refused transaction (`success: false`, rolled back
 whole) exits 1 with its body on stderr.
 """
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from queen_raft.cli_common import UsageError, client_command, duration_argument, wire
+from queen_raft.cli.output import UsageError, client_command, duration_argument, wire
 from queen_raft.client import OutcomeUnknown, Queen, TransactionRefused
 from queen_raft.client.consumer import ACK_STATUSES, Message
 from queen_raft.client.timers import mint_txn

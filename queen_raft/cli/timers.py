@@ -1,0 +1,67 @@
+"""`queen-raft timer schedule|cancel|peek|list`: the timer routes from a terminal.
+
+Output and exit codes as in output.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from queen_raft.cli.messages import payload_of, payload_options
+from queen_raft.cli.output import client_command, duration_argument, wire
+from queen_raft.client import Queen
+
+
+async def timer_schedule(q: Queen, args: argparse.Namespace) -> Any:
+    timer = q.timer(args.queue).key(args.key).delay(args.delay).payload(payload_of(args), zstd=args.zstd)
+    if args.partition:
+        timer = timer.partition(args.partition)
+    if args.txn:
+        timer = timer.txn(args.txn)
+    return wire(await timer.schedule())
+
+
+async def timer_cancel(q: Queen, args: argparse.Namespace) -> Any:
+    timer = q.timer(args.queue).key(args.key)
+    if args.txn:
+        timer = timer.txn(args.txn)
+    return wire(await timer.cancel())
+
+
+async def timer_peek(q: Queen, args: argparse.Namespace) -> Any:
+    return wire(await q.timer(args.queue).key(args.key).peek())
+
+
+async def timer_list(q: Queen, args: argparse.Namespace) -> Any:
+    timers = q.timer(args.queue)
+    if args.all:
+        rows = [wire(row) async for row in timers.rows(page_size=args.limit, after=args.after)]
+        return {"rows": [{k: v for k, v in row.items() if k != "found"} for row in rows], "truncated": False,
+                "nextAfter": None}
+    return wire(await timers.list(limit=args.limit, after=args.after))
+
+
+def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    timer = sub.add_parser("timer", help="schedule, cancel, peek and list timers")
+    timer_sub = timer.add_subparsers(dest="timer_command", required=True)
+    schedule = client_command(timer_sub, "schedule", timer_schedule, common, "schedule (or reschedule) a timer")
+    schedule.add_argument("queue")
+    schedule.add_argument("key")
+    schedule.add_argument("--delay", required=True, type=duration_argument, help="'250ms', '30s', '15m', '72h', '7d' or ms")
+    payload_options(schedule, required=True)
+    schedule.add_argument("--partition")
+    schedule.add_argument("--txn", help="the fired message's transactionId (minted when absent)")
+    schedule.add_argument("--zstd", action="store_true", help="compress the payload (payloadZstd)")
+    cancel = client_command(timer_sub, "cancel", timer_cancel, common, "cancel a timer (DELETE: never refused by pause, rate or quota)")
+    cancel.add_argument("queue")
+    cancel.add_argument("key")
+    cancel.add_argument("--txn", help="echoed in the answer: the transactionId to look for when it is absent")
+    peek = client_command(timer_sub, "peek", timer_peek, common, "one pending timer, payload included")
+    peek.add_argument("queue")
+    peek.add_argument("key")
+    listing = client_command(timer_sub, "list", timer_list, common, "a queue's pending timers, by key")
+    listing.add_argument("queue")
+    listing.add_argument("--limit", type=int)
+    listing.add_argument("--after", help="exclusive cursor: the nextAfter of the previous page")
+    listing.add_argument("--all", action="store_true", help="follow nextAfter through every page")
