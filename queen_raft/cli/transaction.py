@@ -84,7 +84,7 @@ async def transaction(q: Queen, args: argparse.Namespace) -> Any:
 async def ack(q: Queen, args: argparse.Namespace) -> Any:
     """One acknowledgment under a lease; the verdict `{index, success, dlq}`, or exit 1 (invalid_lease)."""
     message = Message.from_wire({"transactionId": args.txn, "leaseId": args.lease, "partition": args.partition},
-                                args.queue, args.group, q)
+                                args.queue, args.group, q.transport)
     return await message.settle(args.status, args.error)
 
 

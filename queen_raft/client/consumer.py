@@ -5,16 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from queen_raft.client.durations import Duration, duration_ms, duration_seconds
 from queen_raft.client.errors import AckRefused, NotFound, OutcomeUnknown, QueenError
 from queen_raft.client.payloads import message_payload
 from queen_raft.client.results import LeaseExtension
-from queen_raft.client.transport import LONG_POLL_MARGIN_S, path_segment
-
-if TYPE_CHECKING:
-    from queen_raft.client.queen import Queen
+from queen_raft.client.transport import LONG_POLL_MARGIN_S, Transport, path_segment
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +43,15 @@ class Message:
     payload: Any  # the JSON value, or bytes when the payload is not UTF-8 JSON
     created_at: int | None
     raw: dict = field(repr=False, compare=False)
-    _queen: "Queen | None" = field(default=None, repr=False, compare=False)
+    _transport: Transport | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_wire(cls, wire: dict, queue: str, group: str | None, queen: "Queen | None") -> "Message":
+    def from_wire(cls, wire: dict, queue: str, group: str | None, transport: Transport | None) -> "Message":
         return cls(queue=wire.get("queue", queue), partition=wire.get("partition", "Default"),
                    offset=wire.get("offset", -1), transaction_id=wire.get("transactionId", ""),
                    message_id=wire.get("messageId", ""), lease_id=wire.get("leaseId"), consumer_group=group,
                    delivery_attempt=int(wire.get("deliveryAttempt") or 1), payload=message_payload(wire),
-                   created_at=wire.get("createdAt"), raw=wire, _queen=queen)
+                   created_at=wire.get("createdAt"), raw=wire, _transport=transport)
 
     def ack_item(self, status: str = "completed", error: str | None = None) -> dict:
         """This message's entry in an `acknowledgments` array (also used inside a transaction)."""
@@ -71,11 +68,11 @@ class Message:
 
         Safe to retry: the server remembers the settlements of its recently released leases, so a
         retry whose first try was applied answers that try's verdict."""
-        queen = self._require_queen()
+        transport = self._require_transport()
         body: dict[str, Any] = {"leaseId": self.lease_id, "acknowledgments": [self.ack_item(status, error)]}
         if self.consumer_group is not None:
             body["consumerGroup"] = self.consumer_group
-        answer = await queen.transport.request("POST", "/api/v1/ack/batch", json_body=body)
+        answer = await transport.request("POST", "/api/v1/ack/batch", json_body=body)
         verdict = answer.body["results"][0]
         if not verdict.get("success"):
             code = verdict.get("error") or "ack_refused"
@@ -113,15 +110,24 @@ class Message:
         after the group's now."""
         if self.lease_id is None:
             raise ValueError("this message was popped with auto_ack: it holds no lease")
-        return await self._require_queen().extend_lease(self.lease_id, duration)
+        return await extend_lease(self._require_transport(), self.lease_id, duration)
 
-    def _require_queen(self) -> "Queen":
-        if self._queen is None:
-            raise RuntimeError("this Message is not bound to a Queen client")
-        return self._queen
+    def _require_transport(self) -> Transport:
+        if self._transport is None:
+            raise RuntimeError("this Message is not bound to a Queen client's transport")
+        return self._transport
 
 
-async def pop(queen: "Queen", queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
+async def extend_lease(transport: Transport, lease_id: str, duration: Duration) -> LeaseExtension:
+    """The lease ends `duration` (whole seconds) after the group's now. NotFound (invalid_lease)
+    once the lease expired or every message of it was settled."""
+    answer = await transport.request("POST", f"/api/v1/lease/{path_segment(lease_id)}/extend",
+                                     json_body={"seconds": duration_seconds(duration)})
+    return LeaseExtension(lease_id=answer.body.get("leaseId", lease_id), expires_at=answer.body.get("expiresAt"),
+                          raw=answer.body)
+
+
+async def pop(transport: Transport, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
               wait: Duration | None = None, auto_ack: bool = False) -> list[Message]:
     """One pop: up to `batch` messages of one partition under one lease, or [] when none came within `wait`."""
     path = f"/api/v1/pop/queue/{path_segment(queue)}"
@@ -133,15 +139,15 @@ async def pop(queen: "Queen", queue: str, *, group: str | None = None, partition
     params = {"consumerGroup": group, "batch": batch, "autoAck": auto_ack or None}
     if wait_ms > 0:
         params.update(wait=True, timeout=wait_ms)
-    answer = await queen.transport.request(
+    answer = await transport.request(
         "GET", path, params=params,
-        timeout_s=max(queen.transport.request_timeout_s, wait_ms / 1000 + LONG_POLL_MARGIN_S))
+        timeout_s=max(transport.request_timeout_s, wait_ms / 1000 + LONG_POLL_MARGIN_S))
     if answer.status == 204 or not answer.body:
         return []
-    return [Message.from_wire(m, queue, group, queen) for m in answer.body.get("messages", [])]
+    return [Message.from_wire(m, queue, group, transport) for m in answer.body.get("messages", [])]
 
 
-async def consume(queen: "Queen", queue: str, *, group: str | None = None, partition: str | None = None,
+async def consume(transport: Transport, queue: str, *, group: str | None = None, partition: str | None = None,
                   batch: int = 1, wait: Duration = DEFAULT_POLL_WAIT,
                   keep_lease: Duration | None = None) -> AsyncIterator[Message]:
     """Yields messages forever (break out to stop). With `keep_lease`, the lease of the messages being
@@ -153,12 +159,12 @@ async def consume(queen: "Queen", queue: str, *, group: str | None = None, parti
     if duration_ms(wait) <= 0:
         raise ValueError("consume long-polls: give it a wait above 0 (an empty queue would otherwise be polled in a busy loop)")
     while True:
-        messages = await pop(queen, queue, group=group, partition=partition, batch=batch, wait=wait)
+        messages = await pop(transport, queue, group=group, partition=partition, batch=batch, wait=wait)
         if not messages:
             continue
         keeper = None
         if renew_s is not None and messages[0].lease_id is not None:
-            keeper = asyncio.create_task(_keep_lease(queen, messages[0].lease_id, renew_s))
+            keeper = asyncio.create_task(_keep_lease(transport, messages[0].lease_id, renew_s))
         try:
             for message in messages:
                 yield message
@@ -171,12 +177,12 @@ async def consume(queen: "Queen", queue: str, *, group: str | None = None, parti
                     pass
 
 
-async def _keep_lease(queen: "Queen", lease_id: str, seconds: int) -> None:
+async def _keep_lease(transport: Transport, lease_id: str, seconds: int) -> None:
     interval = seconds * LEASE_RENEW_FRACTION
     while True:
         await asyncio.sleep(interval)
         try:
-            await queen.extend_lease(lease_id, f"{seconds}s")
+            await extend_lease(transport, lease_id, f"{seconds}s")
         except NotFound:  # every message settled (the lease is released) or it expired: nothing to keep
             return
         except QueenError as exc:  # a failed renewal is retried at the next interval; the lease has slack

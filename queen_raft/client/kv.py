@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from queen_raft.client.durations import Duration, duration_seconds
 from queen_raft.client.errors import OutcomeUnknown, PreconditionFailed
 from queen_raft.client.results import KvEntry
-from queen_raft.client.transport import path_segment
-
-if TYPE_CHECKING:
-    from queen_raft.client.queen import Queen
+from queen_raft.client.transport import Transport, path_segment
 
 
 def expiry_fields(ttl: Duration | None) -> dict[str, Any]:
@@ -26,8 +23,8 @@ def kv_op(op: str, ns: str, key: str, **fields: Any) -> dict:
 
 
 class KvNamespace:
-    def __init__(self, queen: "Queen", ns: str):
-        self._queen = queen
+    def __init__(self, transport: Transport, ns: str):
+        self._transport = transport
         self.ns = ns
 
     def _path(self, key: str) -> str:
@@ -35,19 +32,19 @@ class KvNamespace:
 
     async def get(self, key: str) -> KvEntry:
         """`found: false` for a key never written, deleted or expired."""
-        answer = await self._queen.transport.request("GET", self._path(key))
+        answer = await self._transport.request("GET", self._path(key))
         return KvEntry.from_wire(answer.body, self.ns, key)
 
     async def put(self, key: str, value: Any, ttl: Duration | None = None) -> KvEntry:
         """Any JSON value; `ttl` like "7d" (whole seconds), None for no expiry."""
-        answer = await self._queen.transport.request("PUT", self._path(key), json_body={"value": value, **expiry_fields(ttl)})
+        answer = await self._transport.request("PUT", self._path(key), json_body={"value": value, **expiry_fields(ttl)})
         return KvEntry.from_wire(answer.body, self.ns, key)
 
     async def delete(self, key: str) -> KvEntry:
         """`found` says whether a live key was deleted. `found: false` answered to a retry whose
         earlier attempt may have been applied is OutcomeUnknown: that attempt may have deleted it
         (the key is absent either way)."""
-        answer = await self._queen.transport.request("DELETE", self._path(key))
+        answer = await self._transport.request("DELETE", self._path(key))
         entry = KvEntry.from_wire(answer.body, self.ns, key)
         if not entry.found and answer.maybe_applied_before:
             raise OutcomeUnknown(answer.status, "outcome_unknown", f"the delete of {key!r} was retried and found no "
@@ -79,7 +76,7 @@ class KvNamespace:
 
     async def batch(self, ops: list[dict], idempotent: bool = True) -> list[KvEntry]:
         """Several ops (see `kv_op`) in one entry, all or nothing."""
-        answer = await self._queen.transport.request("POST", "/api/v1/kv", json_body={"ops": ops}, idempotent=idempotent)
+        answer = await self._transport.request("POST", "/api/v1/kv", json_body={"ops": ops}, idempotent=idempotent)
         return [KvEntry.from_wire(row, op["ns"], op["key"]) for op, row in zip(ops, answer.body["results"])]
 
     async def _single(self, op: dict, idempotent: bool = True) -> KvEntry:

@@ -8,8 +8,8 @@ from typing import Any, AsyncIterator, Sequence
 
 import aiohttp
 
-from queen_raft.client.consumer import DEFAULT_POLL_WAIT, Message, consume, pop
-from queen_raft.client.durations import Duration, duration_seconds
+from queen_raft.client.consumer import DEFAULT_POLL_WAIT, Message, consume, extend_lease, pop
+from queen_raft.client.durations import Duration
 from queen_raft.client.errors import NotFound, OutcomeUnknown, PushRefused
 from queen_raft.client.kv import KvNamespace
 from queen_raft.client.payloads import message_payload, push_payload_fields
@@ -73,7 +73,7 @@ class Queen:
     # -- timers ------------------------------------------------------------------------------
 
     def timer(self, queue: str) -> TimerBuilder:
-        return TimerBuilder(self, TimerSpec(queue=queue))
+        return TimerBuilder(self.transport, TimerSpec(queue=queue))
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -95,19 +95,16 @@ class Queen:
 
     async def pop(self, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
                   wait: Duration | None = None, auto_ack: bool = False) -> list[Message]:
-        return await pop(self, queue, group=group, partition=partition, batch=batch, wait=wait, auto_ack=auto_ack)
+        return await pop(self.transport, queue, group=group, partition=partition, batch=batch, wait=wait, auto_ack=auto_ack)
 
     def consume(self, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
                 wait: Duration = DEFAULT_POLL_WAIT, keep_lease: Duration | None = None) -> AsyncIterator[Message]:
-        return consume(self, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
+        return consume(self.transport, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
 
     async def extend_lease(self, lease_id: str, duration: Duration) -> LeaseExtension:
         """The lease ends `duration` (whole seconds) after the group's now. NotFound (invalid_lease)
         once the lease expired or every message of it was settled."""
-        answer = await self.transport.request("POST", f"/api/v1/lease/{path_segment(lease_id)}/extend",
-                                              json_body={"seconds": duration_seconds(duration)})
-        return LeaseExtension(lease_id=answer.body.get("leaseId", lease_id), expires_at=answer.body.get("expiresAt"),
-                              raw=answer.body)
+        return await extend_lease(self.transport, lease_id, duration)
 
     async def fetch(self, queue: str, partition: str = "Default", offset: int = 0, limit: int = 100) -> list[Record]:
         """Messages by offset, without a lease: how to look for a txn after a cancel answered `absent`."""
@@ -182,7 +179,7 @@ class Queen:
     # -- transactions and KV -----------------------------------------------------------------
 
     def transaction(self) -> Transaction:
-        return Transaction(self)
+        return Transaction(self.transport)
 
     def kv(self, ns: str) -> KvNamespace:
-        return KvNamespace(self, ns)
+        return KvNamespace(self.transport, ns)

@@ -9,16 +9,13 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from queen_raft.client.durations import Duration, duration_ms
 from queen_raft.client.errors import OutcomeUnknown
 from queen_raft.client.payloads import timer_payload_fields
 from queen_raft.client.results import TimerPage, TimerPeek, TimerResult
-from queen_raft.client.transport import path_segment
-
-if TYPE_CHECKING:
-    from queen_raft.client.queen import Queen
+from queen_raft.client.transport import Transport, path_segment
 
 _UNSET = object()
 
@@ -95,12 +92,12 @@ class TimerSetters(ABC):
 
 
 class TimerBuilder(TimerSetters):
-    def __init__(self, queen: "Queen", spec: TimerSpec):
-        self._queen = queen
+    def __init__(self, transport: Transport, spec: TimerSpec):
+        self._transport = transport
         self.spec = spec
 
     def _with(self, **changes: Any) -> "TimerBuilder":
-        return TimerBuilder(self._queen, replace(self.spec, **changes))
+        return TimerBuilder(self._transport, replace(self.spec, **changes))
 
     def _path(self) -> str:
         if self.spec.timer_key is None:
@@ -110,7 +107,7 @@ class TimerBuilder(TimerSetters):
     async def schedule(self) -> TimerResult:
         """Schedule, or reschedule when the key has a pending timer (one upsert). Retried safely:
         the txn is fixed before the first attempt."""
-        answer = await self._queen.transport.request("POST", "/api/v1/timers",
+        answer = await self._transport.request("POST", "/api/v1/timers",
                                                      json_body={"operations": [self.spec.schedule_op()]})
         return TimerResult.from_wire(answer.body["results"][0])
 
@@ -121,7 +118,7 @@ class TimerBuilder(TimerSetters):
         `absent` answered to a retry whose earlier attempt may have been applied is OutcomeUnknown:
         that attempt may have been the one that cancelled it."""
         params = {"txn": self.spec.txn} if self.spec.txn is not None else None
-        answer = await self._queen.transport.request("DELETE", self._path(), params=params)
+        answer = await self._transport.request("DELETE", self._path(), params=params)
         result = TimerResult.from_wire(answer.body)
         if result.status == "absent" and answer.maybe_applied_before:
             raise OutcomeUnknown(answer.status, "outcome_unknown",
@@ -130,12 +127,12 @@ class TimerBuilder(TimerSetters):
         return result
 
     async def peek(self) -> TimerPeek:
-        answer = await self._queen.transport.request("GET", self._path())
+        answer = await self._transport.request("GET", self._path())
         return TimerPeek.from_wire(answer.body)
 
     async def list(self, limit: int | None = None, after: str | None = None) -> TimerPage:
         """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000)."""
-        answer = await self._queen.transport.request(
+        answer = await self._transport.request(
             "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}", params={"limit": limit, "after": after})
         return TimerPage.from_wire(answer.body)
 

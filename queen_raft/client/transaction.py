@@ -7,7 +7,7 @@ is fixed when the builder call is made, so a retried commit carries the same one
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from queen_raft.client.consumer import Message
 from queen_raft.client.durations import Duration, duration_seconds
@@ -16,9 +16,7 @@ from queen_raft.client.kv import expiry_fields, kv_op
 from queen_raft.client.payloads import push_payload_fields
 from queen_raft.client.results import TransactionResult
 from queen_raft.client.timers import TimerSetters, TimerSpec, mint_txn
-
-if TYPE_CHECKING:
-    from queen_raft.client.queen import Queen
+from queen_raft.client.transport import Transport
 
 # Reasons a retried commit gets when its first try was applied (its acks already settled, its
 # pushes already in the dedup window, its putIfAbsent already written).
@@ -26,8 +24,8 @@ REASONS_AN_APPLIED_TRY_EXPLAINS = frozenset({"rejected_ack", "duplicate", "kv_pr
 
 
 class Transaction:
-    def __init__(self, queen: "Queen"):
-        self._queen = queen
+    def __init__(self, transport: Transport):
+        self._transport = transport
         self.operations: list[dict] = []
         self.kv_ops: list[dict] = []
         self.timer_ops: list[dict] = []
@@ -76,8 +74,8 @@ class Transaction:
     async def commit(self) -> TransactionResult:
         """TransactionRefused (rolled back whole, `reason` and `index`) or the results in one index
         space: operations, then kv, then timers."""
-        answer = await self._queen.transport.request("POST", "/api/v1/transaction", json_body=self.wire_body(),
-                                                     idempotent=self._idempotent)
+        answer = await self._transport.request("POST", "/api/v1/transaction", json_body=self.wire_body(),
+                                               idempotent=self._idempotent)
         body = answer.body
         if body.get("success"):
             return TransactionResult(results=body.get("results", []), raw=body)

@@ -159,7 +159,7 @@ async def test_pop_query_and_204(node, queen):
 async def test_extend_body(node, queen):
     node.replies = [(200, {"ok": True, "leaseId": "L", "expiresAt": 77}, {})]
     message = Message.from_wire({"leaseId": "L", "offset": 0, "transactionId": "t", "partition": "Default"},
-                                "q", None, queen)
+                                "q", None, queen.transport)
     extension = await message.extend("90s")
     assert (node.seen[0].raw_path, node.seen[0].body) == ("/api/v1/lease/L/extend", {"seconds": 90})
     assert extension.expires_at == 77
@@ -168,7 +168,7 @@ async def test_extend_body(node, queen):
 async def test_transaction_body_is_one_entry_in_spec_order(node, queen):
     node.replies = [(200, {"success": True, "results": [{}, {}, {}, {}]}, {})]
     message = Message.from_wire({"leaseId": "L", "offset": 3, "transactionId": "m-txn", "partition": "b-1"},
-                                "bookings", "bookings", queen)
+                                "bookings", "bookings", queen.transport)
     await (queen.transaction()
            .ack(message)
            .push("audit", {"event": "held"}, txn="audit-1")
