@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from queen_raft.api import admin, dlq, harness_hooks, health, kv, messages, metrics, openapi, queues, timers, transaction
+from queen_raft.api import admin, dlq, harness_hooks, health, kv, messages, openapi, queues, timers, transaction
 from queen_raft.api.errors import ApiError, error_response
 from queen_raft.api.serving import SERVING_KEY, ServingNode
 
@@ -60,5 +60,4 @@ def create_app(serving: ServingNode) -> web.Application:
     openapi.add_routes(app)
     health.add_routes(app)
     harness_hooks.add_routes(app)  # only with QUEEN_TEST_HOOKS=1
-    app.router.add_get("/metrics", metrics.get_metrics)
     return app

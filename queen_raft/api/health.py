@@ -1,4 +1,5 @@
-"""GET /health (SPEC.md section 5): each group's Raft view from this node, no barrier (public)."""
+"""GET /health (SPEC.md section 5): each group's Raft view from this node, no barrier; GET /metrics:
+the node's meters (metrics.py) in Prometheus text. Both public."""
 
 from __future__ import annotations
 
@@ -30,5 +31,11 @@ async def get_health(request: web.Request) -> web.Response:
     return json_response(body, status=200 if every_group_led else 503)
 
 
+async def get_metrics(request: web.Request) -> web.Response:
+    body = serving_of(request).metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/health", get_health)
+    app.router.add_get("/metrics", get_metrics)

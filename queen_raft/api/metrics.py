@@ -1,4 +1,4 @@
-"""GET /metrics: the raft and timer families of SPEC.md section 5, in Prometheus text.
+"""The meters of GET /metrics (served by health.py): the raft and timer families of SPEC.md section 5, in Prometheus text.
 
 Node-local events (requests, refusals, commit times, fire lag seen by this leader) are counted as
 they happen. Replicated figures (pending timers, fires by result, pushed and billed messages) are
@@ -16,13 +16,11 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from queen_raft.api.serving import serving_of
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +176,3 @@ class ApiMetrics:
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-
-async def get_metrics(request: web.Request) -> web.Response:
-    body = serving_of(request).metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from aiohttp import web
 
 from queen_raft.api.apply_signal import ApplySignal
 from queen_raft.api.encryption import PayloadCipher
+from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.pop_turns import PopTurns
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.config import ClusterConfig
-
-if TYPE_CHECKING:  # metrics.py serves a route and so imports this module
-    from queen_raft.api.metrics import ApiMetrics
 
 
 @dataclass
@@ -25,7 +23,7 @@ class ServingNode:
     groups: Mapping[str, Any]
     # tenant -> the signal its group's applies raise (long polls wait on it)
     apply_signals: Mapping[str, ApplySignal]
-    metrics: "ApiMetrics"
+    metrics: ApiMetrics
     timer_rate: TenantRateLimiter
     # Set when QUEEN_ENCRYPTION_KEY is: encrypts for queues with encryptionEnabled, decrypts for consumers.
     cipher: PayloadCipher | None = None
