@@ -7,7 +7,7 @@ the log holds exactly the scheduled txns, each once (read back through /api/v1/f
 stream and the table for the peers). Peak resident memory of every process.
 
 Ours runs twice: with the default settings, whose drain ceiling is QUEEN_RAFT_TIMER_FIRE_BATCH /
-QUEEN_RAFT_TIMER_MIN_GAP_MS = 256 / 5 ms = 51,200 fires/s (SPEC fixes those defaults), and with
+QUEEN_RAFT_TIMER_MIN_GAP_MS = 256 / 5 ms = 51,200 fires/s (docs/spec.md section 2 fixes those defaults), and with
 TUNED_SETTINGS, the documented configuration for backlog-heavy tenants (a larger fire batch per
 tick entry). Each gets its own rows in the table; the tuned rows name the setting.
 """

@@ -1,7 +1,7 @@
 """HTTP calls to one node, each classified the way a checker must read it.
 
 - 2xx: `ok`, the body is the answer.
-- 4xx: `fail`, the node refused the call before proposing anything (SPEC.md's gates).
+- 4xx: `fail`, the node refused the call before proposing anything (the gates of docs/spec.md section 2).
 - 503 `timers_disabled`: `fail` (the operator's pause gate, checked before any proposal).
 - 503 whose `reason` field says it was refused before anything was proposed or forwarded
   (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/group.py and pysyncobj's MISSING_LEADER

@@ -35,7 +35,7 @@ START_ANSWER_TIMEOUT_S = 20.0
 HEALTH_POLL_S = 0.1
 # One /health request; a paused node never answers, so keep it short.
 HEALTH_REQUEST_TIMEOUT_S = 1.0
-# Settings every node of a test cluster runs with (SPEC.md section 6 names; QUEEN_* overrides).
+# Settings every node of a test cluster runs with (docs/spec.md section 6 names; QUEEN_* overrides).
 # The test hooks allow a clock offset at start and the runtime clock route.
 TEST_ENVIRONMENT = {"QUEEN_TEST_HOOKS": "1"}
 # The node's test-hooks route that moves its clock at runtime (queen_raft/api/harness_hooks.py).
@@ -158,7 +158,7 @@ class Cluster:
         return list(self.nodes)
 
     def render_config(self) -> str:
-        """The cluster TOML (SPEC.md section 6) plus each node's dial map under `[nodes.dial]`."""
+        """The cluster TOML (docs/spec.md section 6) plus each node's dial map under `[nodes.dial]`."""
         lines = [
             "# Written by the fault harness for one run; not a dev config.",
             "[cluster]",

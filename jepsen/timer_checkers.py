@@ -236,7 +236,7 @@ def _check_floor(facts: _TimerFacts, windows: list[FaultWindow]) -> dict:
         not problems, problems,
         early_fires_under_skew=len(early_under_skew),
         largest_early_fire_under_skew=largest,
-        # SPEC.md section 1: a node ahead by s can make timers fire early by at most s.
+        # docs/spec.md section 1: a node ahead by s can make timers fire early by at most s.
         early_within_forward_skew=all(e["early_ms"] <= e["forward_skew_ms"] for e in early_under_skew),
         max_forward_skew_ms=max([0] + [s[2] for s in spans]),
         max_injected_skew_ms=max([0] + [s[3] for s in spans]),

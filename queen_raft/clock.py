@@ -1,6 +1,6 @@
 """The node's wall clock, the only time a proposer stamps into a command.
 
-The fault harness skews one node's clock to measure what skew does to fires (SPEC.md section 1:
+The fault harness skews one node's clock to measure what skew does to fires (docs/spec.md section 1:
 a node whose clock runs ahead can fire early by its skew). A skew is a test hook: it is honoured
 only when QUEEN_TEST_HOOKS=1, and a node that finds an offset without the flag refuses to start,
 so a stray environment variable can never move a production clock.

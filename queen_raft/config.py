@@ -1,4 +1,4 @@
-"""A cluster's configuration: one TOML file (SPEC.md section 6) plus `QUEEN_*` environment overrides.
+"""A cluster's configuration: one TOML file (docs/spec.md section 6) plus `QUEEN_*` environment overrides.
 
 Everything here is parsed and checked once, at start, so that a bad file stops the node with a
 message naming the key instead of failing later inside a request or a Raft group.
@@ -113,7 +113,7 @@ def _encryption_key(value: Any) -> str | None:
     return None
 
 
-# Every setting, its QUEEN_* variable and its default (the defaults are SPEC.md's).
+# Every setting, its QUEEN_* variable and its default (the defaults are those of docs/spec.md).
 SETTING_SPECS: tuple[_SettingSpec, ...] = (
     # Raft and the tick
     _SettingSpec("timer_tick_ms", "QUEEN_RAFT_TIMER_TICK_MS", 50, _parse_int, _int_at_least(0)),
@@ -143,7 +143,7 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, _non_negative_number),
     # Bucket depth; 0 means one second's worth of the rate.
     _SettingSpec("timers_rate_burst", "QUEEN_TIMERS_RATE_BURST", 0, _parse_int, _int_at_least(0)),
-    # A fire that fails (SPEC.md section 2)
+    # A fire that fails (docs/spec.md section 2)
     _SettingSpec("sweeper_max_attempts", "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, _parse_int, _int_at_least(1)),
     _SettingSpec("sweeper_backoff_min_ms", "QUEEN_SWEEPER_BACKOFF_MIN_MS", 1000, _parse_int, _int_at_least(0)),
     _SettingSpec("sweeper_backoff_max_ms", "QUEEN_SWEEPER_BACKOFF_MAX_MS", 60_000, _parse_int, _int_at_least(0)),
@@ -232,7 +232,7 @@ class NodeConfig:
         return f"http://{self.host}:{self.http_port}"
 
     def raft_addr(self, tenant_index: int) -> str:
-        """Tenant i's group listens on raft_port + i (SPEC.md section 6)."""
+        """Tenant i's group listens on raft_port + i (docs/spec.md section 6)."""
         return f"{self.host}:{self.raft_port + tenant_index}"
 
     def dial_map(self, tenant_index: int) -> dict[str, str]:
@@ -515,7 +515,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
 
     settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
 
-    # Every address in the config (SPEC.md section 7): the nodes' and their dial targets.
+    # Every address in the config (docs/spec.md section 7): the nodes' and their dial targets.
     all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
         is_loopback_host(route.via_host) for n in nodes for route in n.dial)
     if not all_loopback:

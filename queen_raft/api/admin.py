@@ -32,7 +32,7 @@ async def post_resume(request: web.Request) -> web.Response:
 
 
 async def get_usage(request: web.Request) -> web.Response:
-    """SPEC.md metering: each schedule or reschedule op and each push item is one billed message; a
+    """docs/spec.md section 2, Metering: each schedule or reschedule op and each push item is one billed message; a
     cancel and a fire none. The counters are replicated state, read after the barrier, so every
     node answers the same figures, exact after a failover."""
     serving = serving_of(request)

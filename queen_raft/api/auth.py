@@ -1,4 +1,4 @@
-"""Bearer tokens: which tenant a request belongs to, and whether its level allows the route (SPEC.md section 7)."""
+"""Bearer tokens: which tenant a request belongs to, and whether its level allows the route (docs/spec.md section 7)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ _PAYLOAD_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant, pa
 
 
 def payload_fields(data: bytes) -> dict[str, Any]:
-    """`{"payload": value}` when the bytes are UTF-8 JSON, else `{"payloadB64": text}` (SPEC.md section 3)."""
+    """`{"payload": value}` when the bytes are UTF-8 JSON, else `{"payloadB64": text}` (docs/spec.md section 3)."""
     try:
         return {"payload": _PAYLOAD_DECODER.decode(data.decode("utf-8"))}
     except (UnicodeDecodeError, ValueError):

@@ -1,4 +1,4 @@
-"""The dead-letter list of a tenant and the replay of one row (SPEC.md sections 2 and 3).
+"""The dead-letter list of a tenant and the replay of one row (docs/spec.md sections 2 and 3).
 
 A row's payload is shown as stored (base64, with its `payloadZstd` and `encrypted` flags), like a
 timer peek: the list is an operator's view of what failed, not a delivery, so nothing is decrypted.
@@ -50,7 +50,7 @@ def query_after(request: web.Request) -> int:
 
 
 async def get_dlq(request: web.Request) -> web.Response:
-    """One page in filing order (`dlq-<n>` ascending, across queues too); SPEC's route with an
+    """One page in filing order (`dlq-<n>` ascending, across queues too); the contract's route with an
     `after` cursor added: `{rows, truncated, nextAfter}` as for the timer list."""
     serving = serving_of(request)
     principal = require(serving.config, request, Access.READ)

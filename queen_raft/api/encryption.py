@@ -1,4 +1,4 @@
-"""AES-256-GCM at rest for queues with `encryptionEnabled` (SPEC.md section 2, Encryption).
+"""AES-256-GCM at rest for queues with `encryptionEnabled` (docs/spec.md section 2, Encryption).
 
 The proposing node encrypts (the nonce is random, so it must be minted outside the state machine
 and travel as ciphertext in the entry); the answering node decrypts for consumers. Stored form:

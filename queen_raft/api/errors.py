@@ -23,7 +23,7 @@ UNAVAILABLE_REASONS = RAFT_UNAVAILABLE_REASONS + (PAUSED, NO_ENCRYPTION_KEY)
 
 
 class ApiError(Exception):
-    """A refusal with its HTTP status and SPEC error code; raised anywhere below a handler."""
+    """A refusal with its HTTP status and the error code of docs/spec.md; raised anywhere below a handler."""
 
     def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
                  fields: dict | None = None):

@@ -7,7 +7,7 @@ any tenant: the clock is the node's, not a tenant's). They are not in the public
 openapi.TEST_HOOK_PATHS describes them for the conformance tests.
 
 A forward jump is sticky inside each group: the group clock keeps the largest stamp it has seen
-(SPEC.md section 1), so setting the offset back to 0 does not bring a group's time back.
+(docs/spec.md section 1), so setting the offset back to 0 does not bring a group's time back.
 """
 
 from __future__ import annotations

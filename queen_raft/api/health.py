@@ -1,4 +1,4 @@
-"""GET /health (SPEC.md section 5): each group's Raft view from this node, no barrier; GET /metrics:
+"""GET /health (docs/spec.md section 5): each group's Raft view from this node, no barrier; GET /metrics:
 the node's meters (metrics.py) in Prometheus text. Both public."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""KV routes (SPEC.md section 3): one key by path, and batches that are all or nothing.
+"""KV routes (docs/spec.md section 3): one key by path, and batches that are all or nothing.
 
-Choices where SPEC.md is silent, stated here and in docs/api.md:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - `GET /api/v1/kv/{ns}/{key}` of an absent (never written, deleted or expired) key answers 200 with
   `found: false`, like a timer peek: absence is an answer, not an error.
 - A write takes `ttlSeconds` (a positive integer) or `forever: true` (no expiry; the default when
   neither is given, and it clears an earlier expiry on `put`). Giving both is a 400.
 - A batch holding only `get` and `check` is a read and is open to read-only tokens; any write in it
-  needs read-write or admin. write-only tokens may neither read nor write KV (SPEC.md section 7
+  needs read-write or admin. write-only tokens may neither read nor write KV (docs/spec.md section 7
   gives them push and schedule only).
 - A failed precondition (`check`, or `putIfAbsent` on a live key) refuses the whole batch with 409
   `kv_precondition` and the failed op's `index`; `incr` of a value that is not an integer is a 400

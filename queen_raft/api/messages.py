@@ -1,4 +1,4 @@
-"""Messages routes (SPEC.md section 3): push, pop with a long poll, ack, fetch."""
+"""Messages routes (docs/spec.md section 3): push, pop with a long poll, ack, fetch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The meters of GET /metrics (served by health.py): the raft and timer families of SPEC.md section 5, in Prometheus text.
+"""The meters of GET /metrics (served by health.py): the raft and timer families of docs/spec.md
+section 5, in Prometheus text.
 
 Node-local events (requests, refusals, commit times, fire lag seen by this leader) are counted as
 they happen. Replicated figures (pending timers, fires by result, pushed and billed messages) are
@@ -25,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 log = logging.getLogger(__name__)
 
 # Fire lag: a healthy fire lands within a few ms of deliverAt; the tail up to a minute shows a
-# backlog or a backoff (SPEC.md section 2).
+# backlog or a backoff (docs/spec.md section 2).
 FIRE_LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 # Commits: ~0.25 ms p50 small entries, ~5 ms for 1 MiB, up to the 5 s commit timeout.
 COMMIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

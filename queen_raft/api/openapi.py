@@ -376,7 +376,7 @@ TEST_HOOK_PATHS = _test_hook_paths()
 def _document() -> dict:
     paths = _paths()
     # A batch holding a cancel refused by the pause, the rate or the quota names the route that
-    # always works (SPEC.md section 2).
+    # always works (docs/spec.md section 2).
     for status in ("403", "429", "503"):
         answer = paths["/api/v1/timers"]["post"]["responses"][status]
         answer["headers"] = {**answer.get("headers", {}), **HINT}
@@ -384,7 +384,7 @@ def _document() -> dict:
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": "queen-raft", "version": API_VERSION,
-                 "description": "A Raft-replicated timer service (SPEC.md). Every error body is "
+                 "description": "A Raft-replicated timer service (docs/spec.md). Every error body is "
                                 "{error, message}; see docs/api.md."},
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,

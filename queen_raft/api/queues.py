@@ -1,4 +1,4 @@
-"""POST /api/v1/configure: a queue's options (SPEC.md section 3), replicated like any write."""
+"""POST /api/v1/configure: a queue's options (docs/spec.md section 3), replicated like any write."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The four timer routes of SPEC.md section 2: shape, gates in SPEC order, the command, the answer."""
+"""The four timer routes of docs/spec.md section 2: shape, gates in its order, the command, the answer."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ CANCEL_OPTIONAL = frozenset({"txn"})
 # accepts may hold any character, and the GET and DELETE routes must reach it (the fuzz found one
 # with a newline answered 404).
 CATCH_ALL = r"[\s\S]*"
-# List: limit defaults to 100, clamped (not refused) to 1..1000 (SPEC.md section 2).
+# List: limit defaults to 100, clamped (not refused) to 1..1000 (docs/spec.md section 2).
 LIST_DEFAULT_LIMIT = 100
 LIST_MAX_LIMIT = 1000
 # A paused tenant is an operator's decision; ask clients to come back in a while, not hammer.
@@ -131,7 +131,7 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
 
 
 def _parse_timer_op_checked(raw: Any, where: str) -> dict:
-    """Every check in SPEC order, each failure a 400 naming the field."""
+    """Every check in the order of docs/spec.md section 2, each failure a 400 naming the field."""
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
     op = raw.get("op")
@@ -309,7 +309,7 @@ def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict],
 
 
 def encrypt_op(serving: ServingNode, op: dict) -> dict:
-    """Encrypted at schedule, by the proposing node (SPEC.md). A zstd payload is decompressed first:
+    """Encrypted at schedule, by the proposing node (docs/spec.md section 2). A zstd payload is decompressed first:
     the fire cannot decompress ciphertext."""
     payload = op["payload"]
     if op["payloadZstd"]:
@@ -339,7 +339,7 @@ async def post_timers(request: web.Request) -> web.Response:
 
 
 async def _schedule_batch(request: web.Request, serving: ServingNode, principal: Principal) -> web.Response:
-    """The gates of SPEC.md section 2 in order: shape, pause, rate, horizon, payload; then the
+    """The gates of docs/spec.md section 2 in order: shape, pause, rate, horizon, payload; then the
     entry, whose answer may be the quota's refusal."""
     settings = serving.settings
     raw_ops = operations_of(await json_body(request, BAD_REQUEST), settings.timers_max_ops_per_call)
@@ -455,7 +455,7 @@ async def delete_timer(request: web.Request) -> web.Response:
     return json_response(answer)
 
 
-# The peek answer of SPEC.md section 2, in this order; anything else the state keeps stays inside.
+# The peek answer of docs/spec.md section 2, in this order; anything else the state keeps stays inside.
 # dueAt (the next try, later than deliverAt while a failing timer backs off) is the state's addition.
 PEEK_FIELDS = ("partition", "deliverAt", "dueAt", "txn", "messageId", "payload", "payloadZstd", "encrypted",
                "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")

@@ -91,7 +91,7 @@ async def usage(q: Queen, args: argparse.Namespace) -> Any:
 
 def queue_options(settings: list[str]) -> dict:
     """`--set name=value` pairs as the options object. A value is read as JSON (every option of
-    SPEC.md is an integer or a boolean); text that is not JSON is sent as a string, so the server's
+    docs/spec.md section 3 is an integer or a boolean); text that is not JSON is sent as a string, so the server's
     400 names the option and what it expects."""
     options: dict[str, Any] = {}
     for setting in settings:
@@ -152,10 +152,10 @@ def add_operator_commands(sub: argparse._SubParsersAction, common: argparse.Argu
     queue_sub = queue.add_subparsers(dest="queue_command", required=True)
     configure = client_command(queue_sub, "configure", queue_configure, common,
                                "set a queue's options; prints the options in force",
-                               description="Options (SPEC.md): leaseTime (s), retryLimit, deadLetterQueue "
-                               "(bool), dedupWindowSeconds, delayedProcessing (s), maxPayloadBytes, maxSize "
-                               "(messages), retentionSeconds, encryptionEnabled (bool). Creates the queue when "
-                               "missing. A bad option or value exits 1 with the server's 400 body.")
+                               description="Options (docs/spec.md section 3): leaseTime (s), retryLimit, "
+                               "deadLetterQueue (bool), dedupWindowSeconds, delayedProcessing (s), maxPayloadBytes, "
+                               "maxSize (messages), retentionSeconds, encryptionEnabled (bool). Creates the queue "
+                               "when missing. A bad option or value exits 1 with the server's 400 body.")
     configure.add_argument("queue")
     configure.add_argument("--set", action="append", metavar="NAME=VALUE",
                            help="one option, repeatable; VALUE is JSON: 30, true")

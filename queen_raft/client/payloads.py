@@ -32,7 +32,7 @@ def timer_payload_fields(value: Any, zstd: bool) -> dict[str, Any]:
 
 
 def push_payload_fields(value: Any) -> dict[str, Any]:
-    """A push item: a JSON value as `payload`, bytes as `payloadB64` (SPEC.md section 3)."""
+    """A push item: a JSON value as `payload`, bytes as `payloadB64` (docs/spec.md section 3)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"payloadB64": base64.b64encode(bytes(value)).decode("ascii")}
     payload_bytes(value)  # refuses NaN and non-JSON values here, not as a 400 later

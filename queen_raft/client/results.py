@@ -16,7 +16,7 @@ def _raw() -> Any:
 @dataclass(frozen=True)
 class TimerResult:
     """A schedule or a cancel. `ok` false with status `absent`: no pending timer, which may mean it
-    already fired; look for `txn` in the destination partition (SPEC.md section 2)."""
+    already fired; look for `txn` in the destination partition (docs/spec.md section 2)."""
 
     ok: bool
     status: str  # scheduled | rescheduled | cancelled | absent | too_late

@@ -53,7 +53,7 @@ class RaftSettings:
     # A write's answer waits at most this long for commit + local apply (QUEEN_RAFT_COMMIT_TIMEOUT_MS).
     commit_timeout_ms: int = 5000
     # The leader tick: never sleep longer than tick_ms (0 disables fires), never propose two ticks
-    # closer than min_gap_ms (SPEC.md section 2, QUEEN_RAFT_TIMER_TICK_MS / _MIN_GAP_MS).
+    # closer than min_gap_ms (docs/spec.md section 2, QUEEN_RAFT_TIMER_TICK_MS / _MIN_GAP_MS).
     tick_ms: int = 50
     min_gap_ms: int = 5
     # Fire bounds carried in the tick command so every replica applies the same batch.

@@ -4,7 +4,7 @@ A timer's fire takes the steps of `Broker.push_message` (dedup, then the payload
 then `Broker.append`; inlined in `timers.fire` for speed), so a fired message and a pushed one are
 indistinguishable in the log.
 
-Choices where SPEC.md is silent:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - An ack needs the `leaseId` of the pop that delivered the message. An item is refused with
   `invalid_lease` when that lease is unknown, expired (`expiresAt <= now`), held by another group,

@@ -1,6 +1,6 @@
 """KV namespaces: (ns, key) -> value, version, expiry on the group clock.
 
-Choices where SPEC.md is silent:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - A batch runs its ops in order against an overlay of the keys it touches; a failed `check` or
   `putIfAbsent` on a live key refuses the batch (`kv_precondition`, with the op's index) and the

@@ -30,7 +30,8 @@ MAX_FIRE_BATCH = 256
 # At most this much payload per tick entry: bounds the memory of one apply and what the next
 # snapshot has to carry in one go. At least one timer is always taken (see timers.py).
 MAX_FIRE_BYTES = 4 * 1024 * 1024
-# Permanent failures a timer survives before it is filed in the DLQ (SPEC: QUEEN_SWEEPER_MAX_ATTEMPTS).
+# Permanent failures a timer survives before it is filed in the DLQ (docs/spec.md section 2:
+# QUEEN_SWEEPER_MAX_ATTEMPTS).
 MAX_FIRE_ATTEMPTS = 5
 # Backoff after a permanent failure: BACKOFF_MIN_MS * 2^(attempts-1), capped at BACKOFF_MAX_MS
 # (1 s .. 60 s), so a broken payload costs at most a handful of entries before the DLQ.
@@ -66,7 +67,7 @@ POLICY_KEYS = {
 
 # --- reads ----------------------------------------------------------------------------------------
 
-# Keyset listing of timers and fetch of records: the default page and its clamp (SPEC 2, "Peek and
+# Keyset listing of timers and fetch of records: the default page and its clamp (docs/spec.md section 2, "Peek and
 # list"), so one read never walks a million rows.
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MIN = 1
@@ -86,7 +87,7 @@ MAX_POP_BATCH = 1000
 # lease just released is always remembered whole.
 MAX_REMEMBERED_SETTLEMENTS = 16_384
 
-# Queue options and their defaults (SPEC 3, `configure`). Times are in seconds on the wire.
+# Queue options and their defaults (docs/spec.md section 3, `configure`). Times are in seconds on the wire.
 DEFAULT_QUEUE_OPTIONS: dict[str, object] = {
     "leaseTime": 300,
     "retryLimit": 3,

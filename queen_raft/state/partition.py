@@ -1,6 +1,7 @@
 """One partition: an append-only log, its dedup window, and a cursor and lease per consumer group.
 
-Choices where SPEC.md is silent (each is deterministic: it depends only on the entries applied):
+Choices the contract leaves open (docs/spec.md lists those that reach the wire); each is
+deterministic: it depends only on the entries applied.
 
 - Offsets are gapless from 0 and never reused. The log is a list plus `base`, the offset of its
   first retained message; retention only raises `base`.

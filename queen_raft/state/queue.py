@@ -1,6 +1,6 @@
 """A queue: its options, its partitions (by name) and its dead-letter rows.
 
-Choices where SPEC.md is silent:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - Options are validated whole (`validate_options`); an unknown name, a bool where an integer is
   expected (msgpack keeps them apart, Python does not), a value below its minimum or above

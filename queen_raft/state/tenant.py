@@ -6,7 +6,7 @@ everything but the clock as it was. `apply` never raises: an unexpected exceptio
 `{"error": "internal", ...}` (every replica runs the same code on the same value, so they agree on
 that too).
 
-Choices where SPEC.md is silent:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - A command without an integer `now` is refused (`bad_request`) and does not move the clock.
 - Errors of a malformed command: `timers_bad_request` for `timers`, `bad_request` for the others.
@@ -160,7 +160,7 @@ class TenantState:
         """An operator's pause holds in log order: every schedule ordered after the pause entry is
         refused here, whichever node proposed it. The API's gate reads its own replica, which may
         not have applied the pause yet (a follower a few ms behind); this check is what makes an
-        acknowledged pause refuse the very next schedule. Cancels pass, as SPEC.md says."""
+        acknowledged pause refuse the very next schedule. Cancels pass, as docs/spec.md section 2 says."""
         if self.scheduling_paused and any(op["op"] != "cancel" for op in ops):
             raise Refusal("timers_disabled", "an operator paused timer scheduling for this tenant")
 

@@ -23,7 +23,7 @@ Layout, chosen for a million pending timers (see bench/state_bench.py for the me
   compatible), written in due order: the bytes depend only on the pending timers, never
   on the history of a dict, and a restore rebuilds the due index from an already sorted list.
 
-Choices where SPEC.md is silent:
+Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 - Peek shows `deliverAt` as scheduled (the fire lag is measured from it) and, in addition,
   `dueAt`, the instant of the next try (later than deliverAt while the timer backs off).

@@ -1,4 +1,4 @@
-"""The timer routes against three real node processes on 127.0.0.1 (SPEC.md section 2)."""
+"""The timer routes against three real node processes on 127.0.0.1 (docs/spec.md section 2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The leader tick at the minimum gap, on one in-process TenantGroup (real socket on 127.0.0.1, real
-pysyncobj threads): during a drain, no two ticks are stamped closer than min_gap_ms (SPEC.md
-section 2), each tick is its own entry firing at most one fire batch, and the rest of each gap is
+pysyncobj threads): during a drain, no two ticks are stamped closer than min_gap_ms
+(docs/spec.md section 2), each tick is its own entry firing at most one fire batch, and the rest of each gap is
 waited out through split_gap_wait (tests/unit/test_raft_tick_gap.py), not a plain asyncio.sleep
 that wakes up to a ms late.
 

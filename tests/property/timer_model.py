@@ -1,6 +1,6 @@
 """A plain reference model of the parts of TenantState the property tests drive.
 
-Written from docs/commands.md and SPEC.md sections 1-3, not from queen_raft/state, and as plainly
+Written from docs/commands.md and docs/spec.md sections 1-3, not from queen_raft/state, and as plainly
 as possible: dicts and lists, linear scans, no indexes. It is slow on purpose; it only has to be
 obviously right for the few dozen timers and messages a Hypothesis run makes.
 

@@ -1,4 +1,4 @@
-"""Tokens and levels (SPEC.md section 7), the rate bucket, ids and payload codecs."""
+"""Tokens and levels (docs/spec.md section 7), the rate bucket, ids and payload codecs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /api/v1/dlq pages: SPEC's route with an `after` cursor, `truncated` and `nextAfter`."""
+"""GET /api/v1/dlq pages: the contract's route with an `after` cursor, `truncated` and `nextAfter`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The timer routes over a real app and a real TenantState: shapes, statuses, gates in SPEC order."""
+"""The timer routes over a real app and a real TenantState: shapes, statuses, gates in the order of
+docs/spec.md section 2."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def cancel(key: str = "k1", queue: str = "q", **fields) -> dict:
     return {"op": "cancel", "queue": queue, "timerKey": key, **fields}
 
 
-# --- shape: every 400 of SPEC section 2 ----------------------------------------------------------
+# --- shape: every 400 of docs/spec.md section 2 ----------------------------------------------------------
 
 def _without(op: dict, name: str) -> dict:
     return {k: v for k, v in op.items() if k != name}
@@ -221,7 +222,7 @@ async def test_auth_comes_before_shape():
         assert (status, body["error"]) == (401, "unauthorized")
 
 
-# --- gates after the shape, in SPEC order ------------------------------------------------------
+# --- gates after the shape, in the order of docs/spec.md section 2 -------------------------------
 
 async def pause(api: ApiHarness, tenant: str = "acme") -> None:
     await api.groups[tenant].propose({"op": "admin", "action": "pause"})

@@ -1,4 +1,4 @@
-"""The SDK's builders put exactly the SPEC.md wire on the line: paths, queries and bodies."""
+"""The SDK's builders put exactly the docs/spec.md wire on the line: paths, queries and bodies."""
 
 from __future__ import annotations
 
