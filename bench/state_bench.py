@@ -1,4 +1,4 @@
-"""The state machine's figures (issue 2), measured in one process and printed as a table.
+"""The state machine's figures, measured in one process and printed as a table.
 
     .venv/bin/python bench/state_bench.py                 # 1,000,000 timers
     .venv/bin/python bench/state_bench.py --timers 100000 # a quick run
@@ -6,7 +6,7 @@
 
 What each row measures:
 Rates and times are printed as wall clock / this process's CPU time: the machine is shared (2
-cores, other engineers' tests), and CPU time is the figure that does not depend on the neighbours.
+cores, other processes), and CPU time is the figure that does not depend on the neighbours.
 
 - schedule ops/s: `timers` entries of 256 schedule ops each (ids shaped like the API's: a UUIDv7-like
   messageId, a txn, a key), timing only `apply`; the commands are built outside the clock. Measured

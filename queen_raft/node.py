@@ -1,7 +1,7 @@
 """One node process: every tenant's Raft group and the HTTP API, until SIGTERM or SIGINT.
 
 Groups are constructed on the main thread before the event loop runs: pysyncobj's tick thread
-dies with the thread that constructed it (DESIGN.md).
+dies with the thread that constructed it.
 """
 
 from __future__ import annotations
@@ -40,19 +40,16 @@ ENCRYPTION_CHECK_RETRY_S = 0.25
 # Garbage collection of a node process: CPython's gen0 and gen1 defaults, and full (gen2)
 # collections only after 1000 gen1 collections instead of 10. With 10, the rule that matters is
 # CPython's other one, a full collection whenever the long-lived heap has grown by a quarter, which
-# a node's growing state (every pending timer is long-lived) triggers again and again: each one
-# held the GIL 50-160 ms at ~300k objects in the schedule benchmark (5-10 per run, finding 0-5
-# cyclic objects), the p99 of every call in flight; none ran within a run with this policy. 1000 gen1 collections are ~100 s at full load,
+# a node's growing state (every pending timer is long-lived) triggers again and again, each time
+# holding the GIL for tens of milliseconds while finding almost nothing cyclic: the p99 of every
+# call in flight (docs/performance.md). 1000 gen1 collections come about every 100 s at full load,
 # so cyclic garbage that reaches gen2 still goes, a little later.
 GC_THRESHOLDS = (700, 10, 1000)
 # How long a thread waiting for the GIL lets the holder run before asking it to let go (CPython's
 # default is 5 ms). The journal flush releases the GIL (fdatasync, raft/journal.py), so the tick
 # thread takes it back from the busy loop thread after every flush, and every commit waits on the
-# tick thread. Measured (schedule_throughput --quick, alternating A/B, 2026-11-30; raft/README.md
-# "GIL and the flush"): fdatasync with 5 ms was below msync at load 2.4-9.6 (single-op 1,632
-# against 1,682 calls/s, batched 17.5k against 20.8k, medians of 12 pairs); with 0.5 ms it was
-# level at load 3.5-9 (1,587 / 21.7k against 1,664 / 22.1k, 10 pairs) and ahead at load 2-4
-# (3,165 calls/s p99 17.0 ms, 43.0k against 2,745, 21.5 ms, 30.4k; 3 pairs).
+# tick thread. With the default 5 ms the releasing flush cost more than it saved; 0.5 ms gives
+# the GIL back soon enough that it pays (figures in queen_raft/raft/README.md, "GIL and the flush").
 GIL_SWITCH_INTERVAL_S = 0.0005
 # sysexits' EX_CONFIG: the operator must fix the node's environment, a restart alone will not do.
 EXIT_MISSING_ENCRYPTION_KEY = 78
@@ -195,7 +192,7 @@ async def find_encrypting_queues(process: NodeProcess, timeout_s: float = ENCRYP
 
 
 async def refuse_to_run_without_key(process: NodeProcess, stop: asyncio.Event) -> None:
-    """Stops the node when it lacks the key a tenant's queues need (issue 4): it could neither
+    """Stops the node when it lacks the key a tenant's queues need: it could neither
     encrypt what is pushed or scheduled to them nor decrypt what consumers pop."""
     if process.serving.cipher is not None:
         return
@@ -249,10 +246,9 @@ def configure_gil_switch_interval() -> None:
 
 
 def run_node(config: ClusterConfig, node_id: str) -> None:
-    """Serves on the stdlib asyncio loop. uvloop was measured (three A/B pairs of single-op
-    schedules: 2,428 vs 2,439 calls/s, no difference) and not kept: its clock and timers have 1 ms
-    resolution and a cached "now", which the tick loop's minimum gap between ticks is measured
-    with, and its socket writes hold the GIL."""
+    """Serves on the stdlib asyncio loop, not uvloop: uvloop made single-op schedules no faster
+    (docs/performance.md), and its clock and timers have 1 ms resolution and a cached "now", which
+    the tick loop's minimum gap between ticks is measured with, and its socket writes hold the GIL."""
     process = build_node(config, node_id)
     configure_gc()
     configure_gil_switch_interval()

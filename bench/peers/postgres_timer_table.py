@@ -1,5 +1,5 @@
-"""Peer 2: a PostgreSQL timer table fired with FOR UPDATE SKIP LOCKED (the older design in the
-seeds, db-scheduler, procrastinate).
+"""Peer 2: a PostgreSQL timer table fired with FOR UPDATE SKIP LOCKED (the design of Queen MQ's
+PostgreSQL timers, db-scheduler, procrastinate).
 
 A timer is a row keyed by (queue, timer_key) with its deliver_at (ms on the server's clock); a
 poller process wakes every POLL_INTERVAL_S and, in one transaction, deletes a batch of due rows
@@ -42,8 +42,8 @@ SERVER_SETTINGS = {
     "wal_level": "minimal", "max_wal_senders": "0", "max_connections": "100",
     "autovacuum": "on",
     # Statistics for a freshly loaded table within a second, as a long-running table has them: at
-    # the default 60 s nap, the 2026-11-30 run drained its first 60,000 of a million timers at
-    # ~1,500/s (a plan made without statistics) before running at ~67,000/s.
+    # the default 60 s nap, the first part of a million-timer drain runs on a plan made without
+    # statistics, many times slower (docs/performance.md).
     "autovacuum_naptime": "1s",
 }
 NOW_MS_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"

@@ -1,7 +1,8 @@
 """Operator routes of a tenant (admin tokens only): pause and resume timer scheduling, and usage.
 
 Pausing refuses POST /api/v1/timers with 503 timers_disabled; the fire and the DELETE route go on
-(seeds/timer-routes.md: only an operator stops fires, with QUEEN_RAFT_TIMER_TICK_MS=0).
+(docs/spec.md section 2: the fire never switches itself off; an operator stops it with
+QUEEN_RAFT_TIMER_TICK_MS=0).
 """
 
 from __future__ import annotations

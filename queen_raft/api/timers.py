@@ -26,7 +26,7 @@ DEFAULT_PARTITION = "Default"
 
 OPS = ("schedule", "reschedule", "cancel")
 # Fields a client may never set: they are attested by the broker (producerSub above all) or
-# computed by it. Supplying one is a 400, never a silent drop (seeds/timer-routes.md).
+# computed by it. Supplying one is a 400, never a silent drop (docs/spec.md section 2).
 SERVER_OWNED_FIELDS = frozenset({
     "producerSub", "messageId", "tenant", "deliverAt", "attempts", "lastError", "claimed", "createdAt", "updatedAt",
 })
@@ -95,10 +95,10 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
     each with its messageId, or None when one is anything else (which `_parse_timer_op_checked`
     then refuses with its message, or accepts).
 
-    One loop, one `and` chain an op: 2 us an op of a 256-op call went to the checked path's calls
-    and messages. The field names are checked once per distinct key order (a client sends one),
-    the required values taken in one itemgetter call: 1.4 us an op with the messageId, from 1.8
-    for a call per op (/tmp micro-benchmark, min of 7)."""
+    One loop, one `and` chain an op, because the checked path's calls and messages cost more than
+    the rest of the op in a 256-op call. The field names are checked once per distinct key order (a
+    client sends one), and the required values are taken in one itemgetter call (figures in
+    docs/performance.md)."""
     rows = []
     append = rows.append
     checked_shape = None
@@ -333,7 +333,7 @@ async def post_timers(request: web.Request) -> web.Response:
     try:
         principal = require(serving.config, request, Access.PRODUCE)
         return await _schedule_batch(request, serving, principal)
-    except ApiError as error:  # every refusal is counted by its code, auth's included (issue 4)
+    except ApiError as error:  # every refusal is counted by its code, auth's included
         serving.metrics.count_schedule_rejected(error.code)
         raise
 
@@ -438,7 +438,7 @@ def _path_identity(request: web.Request) -> tuple[str, str]:
 
 
 async def delete_timer(request: web.Request) -> web.Response:
-    """Cancel on its own route: passes the pause, the rate and the quota (seeds/timer-routes.md)."""
+    """Cancel on its own route: passes the pause, the rate and the quota (docs/spec.md section 2)."""
     serving = serving_of(request)
     principal = require(serving.config, request, Access.CONSUME)
     queue, timer_key = _path_identity(request)

@@ -14,7 +14,7 @@ The answers (docs/api.md):
   scheduling (every 503's reason is one of errors.UNAVAILABLE_REASONS).
 
 The standalone timer route's horizon, payload ceiling and op cap do not apply to `timers` here
-(seeds/timers-raft.md); the entry size bound does. The pause does: it is the operator's switch for
+(docs/spec.md section 3); the entry size bound does. The pause does: it is the operator's switch for
 scheduling, and a transaction that only cancels passes it, like DELETE.
 """
 

@@ -1,6 +1,6 @@
 """Durations as people write them ("250ms", "15m", "7d", timedelta) and as the wire carries them.
 
-The product's rule (seeds/timers-use.md): durations that can be sub-second travel in milliseconds
+The product's rule (docs/spec.md section 2): durations that can be sub-second travel in milliseconds
 (`delayMs`), the ones that cannot in seconds (`ttlSeconds`). The SDK accepts one input language for
 both: a string with units, a `timedelta`, or an integer, which is always milliseconds.
 """

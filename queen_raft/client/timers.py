@@ -1,7 +1,7 @@
 """`q.timer("reminders").key("order-9137").delay("24h").payload({...}).schedule()` and its reads.
 
 A `TimerBuilder` is immutable: every setter returns a new one, so `t = q.timer("r").key("k")` can be
-kept and reused (`t.delay("24h").payload(p).schedule()`, later `t.cancel()`), as in the seeds.
+kept and reused (`t.delay("24h").payload(p).schedule()`, later `t.cancel()`).
 """
 
 from __future__ import annotations

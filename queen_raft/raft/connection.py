@@ -1,4 +1,4 @@
-"""pysyncobj's peer connection, fixed for large entries (research/pysyncobj-recipe.md section 1).
+"""pysyncobj's peer connection, fixed for large entries.
 
 Stock TcpConnection stalls a partly sent buffer until the next heartbeat, compresses at zlib level
 3 once per follower, pickles bytes with protocol 2 (1.5x on the wire) and grows/shrinks `bytes`

@@ -43,15 +43,15 @@ leaves through SyncObj.__sendNextNodeIdx -> transport.send, which holds a `next_
 journal is dirty and releases it, in order per link, after the tick's flush. An acknowledgement now
 covers two kinds of entries:
 - entries this message added: GroupCommitJournal.add marked the journal dirty, so the ack waits for
-  the flush that covers them, as before;
+  the flush that covers them;
 - entries skipped because already held: an earlier message added them. Either a flush has run
   since, and they are on disk; or none has, and then the journal is still dirty from their add
   (`dirty` is one flag for the whole file, cleared only by flush_if_dirty after an fdatasync of the
   whole journal file, or by a compaction whose rewritten file was flushed before its rename), so this ack is
   held behind the same flush. An ack sent while the journal is clean therefore never covers an
   unflushed entry.
-Skipping also removes stock's exposure: it no longer deletes and rewrites records this node has
-already acknowledged as durable, and overlapping sends no longer dirty the journal (fewer flushes).
+Skipping also removes stock's exposure: it never deletes and rewrites records this node has
+already acknowledged as durable, and overlapping sends do not dirty the journal (fewer flushes).
 
 SyncObj's own attributes that exist when its __init__ ends are excluded from its snapshots; the
 counters below are set before super().__init__() for that reason (and because the tick thread may

@@ -1,7 +1,7 @@
 """The Raft journal of a group: pysyncobj's FileJournal, made durable on demand.
 
 Stock FileJournal appends into an mmap that is never flushed, and stores term/vote by renaming a
-tmp file without fsync (research/pysyncobj-measured.md section 3). A kill -9 loses nothing (the page
+tmp file without fsync. A kill -9 loses nothing (the page
 cache keeps it); a power loss can lose acknowledged entries and a vote.
 
 GroupCommitJournal (fsync="group") only marks itself dirty on every change; the transport flushes
@@ -9,10 +9,10 @@ it once per pysyncobj tick, before a follower's acknowledgements leave and befor
 commit scan counts its own log (see transport.GroupCommitTransport). Term and vote are fsynced
 before the vote leaves (pysyncobj stores them synchronously; we add the fsync).
 
-Memory (issue 6): stock FileJournal also keeps every command of the log in a Python list, a second
+Memory: stock FileJournal also keeps every command of the log in a Python list, a second
 copy of the file, until compaction; and the pages of the mmap it writes stay in the process's resident
-set. With 256-op schedule entries both came to ~240 B per pending timer on each node (measured:
-smaps of the journal mapping and tracemalloc of the log's bytes, 20,000 timers). CompactionGuardedJournal
+set: together about half of the memory budget of a pending timer on each node (docs/performance.md).
+CompactionGuardedJournal
 keeps only each record's offset, index and term (24 B per entry) and reads a command back from the
 mmap when pysyncobj asks for it; and it drops from this process's page tables the pages more than
 RESIDENT_TAIL_BYTES behind what is written (and, in group mode, flushed). Those pages stay in the page
@@ -412,13 +412,12 @@ class GroupCommitJournal(CompactionGuardedJournal):
         offset. tests/unit/test_raft_journal_flush.py checks that no page written through the
         mapping is left dirty, as after msync.
 
-        Why: CPython 3.11's mmap.flush holds the GIL during msync. Under the schedule benchmark a
-        flush of ~5 KB took 0.55-0.7 ms on average (0.14 ms alone on this disk; tails to 5 ms while
-        the I/O completion waits for a core) at ~220-290 flushes/s on each node: 38-40 % of the
-        leader's GIL samples, time in which the loop thread (HTTP, handlers) could not run. The
-        price is that the tick thread must take the GIL back after the syscall; node.py shortens
-        the switch interval (GIL_SWITCH_INTERVAL_S) so that it does not queue 5 ms for it behind
-        the busy loop thread (without that, fdatasync measured worse than msync at load 4-9).
+        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under load the flushes took
+        a large share of the leader's GIL time, in which the loop thread (HTTP, handlers) could not
+        run (docs/performance.md). The price is that the tick thread must take the GIL back after
+        the syscall; node.py shortens the switch interval (GIL_SWITCH_INTERVAL_S) so that it does
+        not queue 5 ms for it behind the busy loop thread (without that, fdatasync was slower than
+        msync under load).
         """
         os.fdatasync(self.journal_fileno())
 

@@ -1,6 +1,6 @@
 """Group commit at the proposer: commands proposed while earlier entries are in flight share one entry.
 
-Every command used to be its own pysyncobj log entry: its own pickle, journal record, AppendEntries
+A command alone in its pysyncobj log entry costs its own pickle, journal record, AppendEntries
 framing, commit bookkeeping and apply callback on all three nodes, and on a follower its own
 forwarded message to the leader. ProposalBatcher (loop thread) coalesces the commands proposed on
 this node into one entry, Nagle-style:
@@ -14,8 +14,8 @@ this node into one entry, Nagle-style:
   that does not fit goes in the next batch, so one near the entry cap goes alone.
 
 The entry format (docs/commands.md, "Batches"): a batch of n >= 2 commands is the msgpack array of
-their n single-command entries, each a msgpack bin; a batch of one is the plain single-command entry,
-as before. A single-command entry is always a msgpack map, so the first byte tells them apart
+their n single-command entries, each a msgpack bin; a batch of one is the plain single-command entry.
+A single-command entry is always a msgpack map, so the first byte tells them apart
 (`is_batch_entry`), and journals written before batching apply unchanged.
 
 Each caller gets its own command's result (the apply answers a list, one result per command, in
@@ -42,15 +42,15 @@ from queen_raft.raft.settings import MAX_ENTRY_BYTES
 # Entries of this node's own batches proposed and not yet answered before new commands are held.
 # 1 would be strict Nagle (a whole commit round of waiting for every command that arrives behind a
 # batch); with 2, one batch gathers while the other commits, and at low load nothing is ever held.
-# Against 1, 4 and 16 (32 HTTP clients, raft/README.md "Throughput: proposal batching") the call
-# rates were all within the noise; 2 had the lowest p99 median (25.7 ms against 29.2-29.9).
+# 1, 4 and 16 were no faster, and 2 had the lowest p99 (queen_raft/raft/README.md, "Throughput:
+# proposal batching").
 ENTRIES_IN_FLIGHT_MAX = 2
 
 # The most commands in one entry. Every caller of a batch waits for the apply of the whole batch
 # (pysyncobj answers once per entry), so this bounds how long the first caller waits on its
-# neighbours: a batch of 128 single-op schedules applies in 0.9 ms median (1.6 ms max, 20 runs, on
-# this shared 2-core VM; /tmp measurement quoted in raft/README.md). It sits well above the batches
-# 32 clients form (~8-12 commands per entry measured), so it rarely cuts one there.
+# neighbours: a batch of 128 single-op schedules applies in about a millisecond (docs/performance.md).
+# It sits well above the batches 32 clients form (about ten commands per entry), so it rarely cuts
+# one there.
 COMMANDS_PER_BATCH_MAX = 128
 
 # The most encoded bytes a batch may carry (the entry cap; see settings.MAX_ENTRY_BYTES for why an

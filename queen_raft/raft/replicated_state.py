@@ -6,7 +6,7 @@
   (proposal_batch.py: a msgpack array of single-command entries); a batch applies each of its
   commands exactly as its own entry would have been applied, in order, and answers the list of their
   results. It never raises: a replicated method that raises is retried on every tick forever and the
-  group stops applying (research/pysyncobj-measured.md section 4).
+  group stops applying.
 - Fields are assigned after `super().__init__()`: SyncObjConsumer records the attributes that exist
   at its init as "not state" (research: fields set earlier were silently left out of dumps).
 - Snapshots go through pysyncobj's forked path: `_serialize()` runs on the tick thread and only
@@ -127,7 +127,6 @@ class ReplicatedTenantState(SyncObjConsumer):
             log.exception("restoring the state from a snapshot failed")
             raise
         # A restored million-timer state is millions of long-lived objects; the first full
-        # collection would walk them all on the tick thread (~1.3 s measured, long enough to lose
-        # the leadership). Freezing moves them out of the collector's generations for good.
+        # collection would walk them all on the tick thread, for long enough to lose the leadership. Freezing moves them out of the collector's generations for good.
         gc.freeze()
         self._on_applied(next_due)

@@ -1,7 +1,7 @@
 """Settings of one tenant's Raft group, with the measured values as defaults.
 
-Every number here has a measurement behind it in research/pysyncobj-measured.md and
-research/pysyncobj-recipe.md; the comment says which failure it prevents.
+Every number here was chosen by measuring pysyncobj under the failure it prevents; the comment
+says which failure that is.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class RaftSettings:
     # A restarted peer is redialled after this (default 5 s delayed catch-up by seconds).
     connection_retry_s: float = 0.5
     # Calls in flight per group: beyond it propose() answers "busy" at once instead of queueing
-    # (an unthrottled burst of 150k calls got 41,590 QUEUE_FULL replies, measured).
+    # (an unthrottled burst otherwise fills pysyncobj's queue and gets QUEUE_FULL replies).
     max_in_flight: int = 2048
     # FileJournal keeps every entry in RAM and has uint32 offsets: compact by count well before
     # large entries can fill 4 GiB (2000 x 1 MiB = 2 GiB worst case).

@@ -2,7 +2,7 @@
 
 - Dial map: a peer keeps its identity (its configured address, which it announces on connect) but
   is dialled through another address. The fault harness puts a proxy on each link and cuts links
-  without root (research/pysyncobj-recipe.md section 2, recipe A).
+  without root.
 - Inbound handshake guard: when the first message of an inbound connection (the dialer's address)
   was lost, stock code raised TypeError on every tick until timeout. Drop such a connection.
 - Group commit (fsync="group"): a follower's acknowledgement (next_node_idx) is held while the

@@ -79,12 +79,11 @@ LIST_LIMIT_MAX = 1000
 MAX_POP_BATCH = 1000
 
 # Acked messages of released leases remembered per tenant, so that a retried ack answers as its
-# first attempt did (released.py); the oldest leases are forgotten first. Measured at the bound
-# (/tmp/ack_mem.py in the ack-idem report): ~790 B of heap per message when every lease holds one
-# (12.3 MiB), ~200 B when leases hold 1000 (3.1 MiB); at most 2 MiB of msgpack in the snapshot.
-# It covers ~12 s of the pop+ack rate bench/queue_throughput measured (1,337 messages/s), more
-# than a client's request timeout plus a leader election. It must stay above MAX_POP_BATCH so the
-# lease just released is always remembered whole.
+# first attempt did (released.py); the oldest leases are forgotten first. At the bound it costs a
+# few MiB of heap and at most 2 MiB of snapshot (docs/performance.md), and it covers several
+# seconds of the pop+ack rate bench/queue_throughput sees: more than a client's request timeout
+# plus a leader election. It must stay above MAX_POP_BATCH so the lease just released is always
+# remembered whole.
 MAX_REMEMBERED_SETTLEMENTS = 16_384
 
 # Queue options and their defaults (docs/spec.md section 3, `configure`). Times are in seconds on the wire.

@@ -100,8 +100,8 @@ def insert_sorted(entries: SortedList, values: list) -> None:
 
     A run (no present value between the first and the last of `values`: a schedule batch's keys
     under one fresh prefix, its due instants past the end of the due index) goes in with one
-    slice assignment (0.03 us a value instead of 0.4). The guard costs two bisects per call, so
-    scattered values take the value-by-value path at the same cost as before.
+    slice assignment, an order of magnitude faster than value by value. The guard costs two bisects
+    per call, so scattered values take the value-by-value path at no noticeable extra cost.
     """
     if not values:
         return

@@ -99,7 +99,7 @@ def _validate_rows(group: dict, seen: set[tuple[str, str]], code: str, position:
 
 def _rows_pass(rows: list) -> set[tuple[str, str]] | None:
     """The (queue, timerKey)s of the rows when every row passes every check (one `and` chain a
-    row, the fastest form measured: 0.3 us a row against 0.4 for the map checks), else None."""
+    row, the fastest form: docs/performance.md), else None."""
     if set(map(type, rows)) != _LIST:
         return None
     identities: set[tuple[str, str]] = set()

@@ -7,9 +7,9 @@ Layout, chosen for a million pending timers (see bench/state_bench.py for the me
   timers, so tuple order is the fire order and two timers never compare beyond them: the tuple is
   its own entry in the due index. A plain tuple of strings, ints, bytes, bools and None is
   untracked by CPython's cyclic collector after the first collection it meets, so a million
-  pending timers add nothing to a full collection (measured: 0.18 s per full collection with a
-  million tuple-subclass timers, 0.035 s with plain tuples; a failed timer's retry tuple, itself
-  atoms, may take one more collection). A change (a failed fire) is a new
+  pending timers add almost nothing to a full collection, where a tuple subclass would make every
+  full collection walk them all (docs/performance.md); a failed timer's retry tuple, itself atoms,
+  may take one more collection. A change (a failed fire) is a new
   tuple put back into the table. Queue names, partitions and producerSubs are interned: a million
   timers of one queue share one string. A txn equal to the timerKey (as many clients send, the
   bench among them) is stored as the key's own str object: one string per timer instead of two.
@@ -334,8 +334,8 @@ class TimerTable:
         columns = list(zip(*self.due))
         if columns:
             retries = columns[T_RETRY]
-            # Back to WIRE_FIELDS: the retry column as its three (measured: the snapshot of a
-            # million timers takes ~0.1 s more, 2.15 s against 2.03 s, bench/state_bench.py).
+            # Back to WIRE_FIELDS: the retry column as its three, so snapshots keep one format; it
+            # adds about 5 % to a million-timer snapshot (docs/performance.md).
             columns[T_RETRY:T_RETRY + 1] = (
                 [0 if retry is None else retry[R_ATTEMPTS] for retry in retries],
                 [None if retry is None else retry[R_LAST_ERROR] for retry in retries],

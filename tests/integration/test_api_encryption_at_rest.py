@@ -1,4 +1,4 @@
-"""Encryption at rest on three real nodes (issue 4): no node's data files (journal and snapshot,
+"""Encryption at rest on three real nodes: no node's data files (journal and snapshot,
 the snapshot's zstd frames decompressed) hold the plaintext of a push or a timer for an encrypting
 queue, while the same files do hold a marker sent to a plain queue (so the search can see); and a
 node restarted without QUEEN_ENCRYPTION_KEY refuses to run."""

@@ -1,4 +1,4 @@
-"""The issue-4 routes against three real node processes: the saga of seeds/timers-raft.md in one
+"""The routes of docs/spec.md section 3 against three real node processes: a saga (ack, KV put, timer) in one
 transaction and its rollback, KV, configure, lease extend, ack batch, DLQ, usage, and every answer
 checked against the OpenAPI document the nodes serve."""
 

@@ -159,7 +159,7 @@ async def _held_booking(q: Queen, queue: str, booking: str):
 
 
 async def test_saga_ack_kv_put_and_timer_schedule_commit_together(node_cluster):
-    """seeds/timers-raft.md: enter the `held` state in the transaction that acks the request."""
+    """The saga: enter the `held` state in the transaction that acks the request."""
     queue, booking = unique("bookings"), unique("b")
     async with Queen(urls=urls(node_cluster), token=RW) as q:
         message = await _held_booking(q, queue, booking)

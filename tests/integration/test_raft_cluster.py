@@ -17,8 +17,7 @@ pytestmark = pytest.mark.integration
 # else of this project listens (dev configs use 66xx / 74xx).
 _PORT_BLOCKS = itertools.count(17300, 10)
 ONE_MIB = 1024 * 1024
-# The measured failover after kill -9 is 0.2-2 s with these timings (research section 5); the
-# brief asks for ~1-2 s. 3 s leaves room for a loaded 2-core CI box without hiding a regression
+# Failover after kill -9 takes 0.2-2 s with these timings. 3 s leaves room for a loaded 2-core CI box without hiding a regression
 # to stock timings (30 s fallback, 5 s reconnect).
 FAILOVER_BOUND_S = 3.0
 

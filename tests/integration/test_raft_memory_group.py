@@ -1,4 +1,4 @@
-"""Memory of a real in-process group (issue 6): the journal's pages leave the resident set once
+"""Memory of a real in-process group: the journal's pages leave the resident set once
 flushed, and the heap is trimmed once a burst of writes went quiet."""
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ def test_snapshot_restore_and_continue_is_the_same_as_never_snapshotting(history
 @SEQUENCE_SETTINGS
 @given(history=histories(), data=st.data())
 def test_taking_a_snapshot_changes_nothing(history, data):
-    """The leader snapshots while it keeps applying (DESIGN.md: the forked dump): a snapshot must
+    """The leader snapshots while it keeps applying (pysyncobj's forked dump): a snapshot must
     be a pure read."""
     snap_points = data.draw(st.sets(st.integers(0, len(history) - 1)), label="snapshot before")
     plain, snapshotted = TenantState(), TenantState()

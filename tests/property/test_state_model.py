@@ -3,7 +3,7 @@
 Hypothesis drives both through random timer batches, ticks with tight fire bounds, pushes with
 repeated txns, pops (queue mode and a named group), prefix acks, lease expiries and restarts from
 a snapshot, under a wandering proposer clock that also runs backwards (the group clock must not).
-Every answer is compared with the model's, and after every step the invariants of issue 2 are
+Every answer is compared with the model's, and after every step the state's invariants are
 checked on what the state shows through its read helpers.
 """
 

@@ -197,8 +197,8 @@ def dead_letters_in_partitions(node, capsys, partitions: list[str]) -> list[str]
 
 
 def test_a_filtered_dlq_list_reads_past_the_first_server_page(node, capsys, monkeypatch):
-    """The filter used to see the server's first page only; it now pages on (the page is made tiny
-    here so that 7 rows span 4 pages)."""
+    """The filter reads on past the server's first page (the page is made tiny here so that 7 rows
+    span 4 pages)."""
     monkeypatch.setattr(cli_operator, "DLQ_SERVER_MAX_ROWS", 2)
     txns = dead_letters_in_partitions(node, capsys, ["a", "a", "a", "a", "a", "b", "b"])
     code, listed, _ = cli(node, capsys, "dlq", "list", "q", "--partition", "b")

@@ -169,7 +169,7 @@ async def test_a_cancel_applied_then_dropped_is_outcome_unknown_not_absent(clust
 
 
 async def test_a_node_killed_after_applying_a_cancel_is_outcome_unknown_not_absent(cluster):
-    """The finding of 2026-11-30: the resend's connect was refused and read as "nothing was sent"."""
+    """The finding in jepsen/findings/2026-11-30-timers-kill-s1-lost-reschedule: the resend's connect was refused and read as "nothing was sent"."""
     dying = await cluster.start(drop_path=TIMER, dies=True)
     survivor = await cluster.start()
     dying_url = dying.url

@@ -1,4 +1,4 @@
-"""The journal's memory (issue 6): commands are read back from the file instead of kept in a list, and
+"""The journal's memory: commands are read back from the file instead of kept in a list, and
 written pages leave the resident set, with the file, its format and what a kill -9 keeps unchanged."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The heap trim after a burst of writes (issue 6): when it fires, and that it is rate-limited."""
+"""The heap trim after a burst of writes: when it fires, and that it is rate-limited."""
 
 from __future__ import annotations
 
