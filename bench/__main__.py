@@ -7,10 +7,10 @@ import importlib
 import sys
 import time
 
-from bench.report import SCENARIO_ORDER, markdown_table, write_result, write_table
+from bench.report import SCENARIO_ORDER, markdown_table, repo_relative, write_result, write_table
 from bench.systems import SYSTEM_NAMES
 
-# A scenario module per figure family of issue 6, named by what it measures.
+# A scenario module per figure family, named by what it measures.
 SCENARIO_MODULES = {name: f"bench.{name}" for name in SCENARIO_ORDER}
 
 
@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path = write_result(result)
         print(markdown_table([result.as_dict()]))
-        print(f"   {scenario} took {time.monotonic() - started:.0f} s; written {path}", flush=True)
+        print(f"   {scenario} took {time.monotonic() - started:.0f} s; written {repo_relative(path)}", flush=True)
     table = write_table(args.quick)
-    print(f"table: {table}")
+    print(f"table: {repo_relative(table)}")
     if failed:
         print("FAILED:\n  " + "\n  ".join(failed), file=sys.stderr)
         return 1

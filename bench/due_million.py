@@ -22,7 +22,7 @@ from bench.latency import summary
 from bench.plots import drain_lag_curve
 from bench.process_usage import children_of, peak_rss_bytes
 from bench.profiler import profiled
-from bench.report import ScenarioResult, results_dir, today
+from bench.report import ScenarioResult, repo_relative, results_dir, today
 from bench.systems import OURS, each_system
 from bench.timer_service import ScheduleOp, TimerService
 
@@ -41,9 +41,8 @@ PENDING_POLL_S = 0.2
 LINEAR_FIT_MIN_R2 = 0.98
 # The tuned configuration for backlog-heavy tenants (cluster_configs/README.md names the setting):
 # 2048 timers per tick entry lifts the ceiling to 2048 / 5 ms = 409,600 fires/s, so the cluster's
-# own apply and replication cost sets the rate. Chosen by measurement (200,000 timers, this
-# scenario, one run each on 2026-11-30): 1024 -> 98k fires/s, 2048 -> 156k, 4096 -> 124k with a
-# less straight lag curve (R^2 0.988, ticks up to 127 ms apart). A 2048-timer entry fires at most
+# own apply and replication cost sets the rate. 2048 drained fastest, with a straight lag curve;
+# 4096 was slower and less straight (figures in cluster_configs/README.md). A 2048-timer entry fires at most
 # MAX_FIRE_BYTES (4 MiB) of payload like any other and applies in a few ms per replica, far inside
 # the election timeout.
 TUNED_SETTINGS = {"timer_fire_batch": 2048}
@@ -263,5 +262,5 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
             tuned_peak.values[OURS] = ", ".join(f"{k} {v / 2**20:,.0f}" for k, v in figures["peak_rss_bytes"].items())
     png = results_dir(quick) / f"{today()}-due_million.png"
     drain_lag_curve(curves, count, png)
-    result.plots.append(str(png))
+    result.plots.append(str(repo_relative(png)))
     return result

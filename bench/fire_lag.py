@@ -21,7 +21,7 @@ from bench.load_generator import PACE_PERIOD_S, paced_schedule
 from bench.plots import fire_lag_over_time
 from bench.process_usage import CpuWindow
 from bench.profiler import profiled
-from bench.report import ScenarioResult, results_dir, today
+from bench.report import ScenarioResult, repo_relative, results_dir, today
 from bench.systems import OURS, each_system
 from bench.timer_service import TimerService
 
@@ -137,5 +137,5 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
             result.figure(f"{rate:,}/s timers doubled", "").values[name] = figures["doubled"]
     png = results_dir(quick) / f"{today()}-fire_lag.png"
     fire_lag_over_time(series, png)
-    result.plots.append(str(png))
+    result.plots.append(str(repo_relative(png)))
     return result

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = RESULTS_DIR.parents[1]
 # Next to every figure: nothing here had a core of its own.
 SHARED_CORES_NOTE = "2 cores shared by the servers and the load generator"
 SYSTEM_ORDER = ("queen-raft", "redis", "postgres")
@@ -72,7 +73,7 @@ class ScenarioResult:
     details: dict[str, object] = field(default_factory=dict)  # per system: everything measured
     plots: list[str] = field(default_factory=list)
     started_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    # Other engineers' work shares the cores: the 1-minute load average says how much.
+    # Other processes may share the cores: the 1-minute load average says how much.
     load_average_at_start: tuple = field(default_factory=os.getloadavg)
 
     def figure(self, name: str, unit: str, target: str = "") -> Figure:
@@ -101,6 +102,14 @@ def format_value(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def repo_relative(path: Path) -> Path:
+    """The path as the repository names it: results and logs must not carry this machine's paths."""
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT)
+    except ValueError:
+        return Path(path)
 
 
 def results_dir(quick: bool) -> Path:

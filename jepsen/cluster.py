@@ -42,6 +42,8 @@ TEST_ENVIRONMENT = {"QUEEN_TEST_HOOKS": "1"}
 CLOCK_ROUTE = "/api/v1/test/clock"
 # One clock request; the node answers at once unless it is paused or gone.
 CLOCK_REQUEST_TIMEOUT_S = 2.0
+# Paths in a run's records are named from here, so a run copied into jepsen/findings/ names no machine's paths.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_ports(count: int) -> list[int]:
@@ -381,7 +383,7 @@ class Cluster:
 
     def describe(self) -> dict:
         return {
-            "config": str(self.config_path),
+            "config": os.path.relpath(self.config_path, REPO_ROOT),
             "nodes": {
                 node.id: {
                     "http": node.base_url,

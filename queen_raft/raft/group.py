@@ -373,7 +373,7 @@ class TenantGroup:
     async def propose(self, command: dict) -> dict:
         """Replicate one command; its result as applied on this node. Raises GroupUnavailable.
 
-        Stamps command["now"] with this node's clock when absent (the group clock, SPEC.md 1).
+        Stamps command["now"] with this node's clock when absent (the group clock, docs/spec.md section 1).
         """
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
@@ -544,7 +544,7 @@ class TenantGroup:
         The cost of pipelining is at most TICKS_IN_FLIGHT_MAX - 1 ticks that find nothing due at the
         end of a drain (an entry each, firing nothing). The minimum gap still separates any two
         proposals (the loop's decision instants, which are also the ticks' stamps), so the tick rate
-        bound of SPEC.md section 2 holds; the rest of each gap is waited out to within a fraction
+        bound of docs/spec.md section 2 holds; the rest of each gap is waited out to within a fraction
         of a ms (split_gap_wait), since at the default 5 ms gap every ms late costs ~17 % of the
         drain rate.
         """

@@ -21,7 +21,7 @@ DEV_CONFIGS = ["cluster_configs/local-3.toml", "cluster_configs/single.toml"]
 
 def minimal(host: str = "127.0.0.1") -> dict:
     return {
-        "cluster": {"name": "t", "data_dir": "/tmp/q"},
+        "cluster": {"name": "t", "data_dir": "data/q"},
         "nodes": [
             {"id": "n1", "host": host, "http_port": 6632, "raft_port": 7400},
             {"id": "n2", "host": host, "http_port": 6633, "raft_port": 7500},
@@ -59,7 +59,7 @@ def test_tenant_raft_port_and_data_dir_follow_the_tenant_place():
     n2 = config.node("n2")
     assert n2.raft_addr(config.tenant("acme").index) == "127.0.0.1:7500"
     assert n2.raft_addr(config.tenant("globex").index) == "127.0.0.1:7501"
-    assert str(config.group_data_dir("n2", "globex")) == "/tmp/q/n2/globex"
+    assert str(config.group_data_dir("n2", "globex")) == "data/q/n2/globex"
 
 
 def test_token_lookup_by_plaintext_and_by_hash():
