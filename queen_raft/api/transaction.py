@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from queen_raft.api import kv as kv_routes
-from queen_raft.api import messages, timers
+from queen_raft.api import messages, timer_parsing, timers
 from queen_raft.api.auth import Access, Principal, require
 from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose
@@ -106,7 +106,7 @@ def parse_transaction(body: Any) -> tuple[list[dict], list[dict], list[dict]]:
     seen: set[tuple[str, str]] = set()
     for i, raw in enumerate(raw_timers):
         try:
-            op = timers.parse_timer_op(raw, i, f"timers[{i}]")
+            op = timer_parsing.parse_timer_op(raw, i, f"timers[{i}]")
         except ApiError as error:
             raise refused(400, BAD_REQUEST, error.message, timer_base + i) from None
         identity = (op["queue"], op["timerKey"])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queen_raft.api.timers import SERVER_OWNED_FIELDS, _parse_timer_op_checked, parse_timer_op, parse_timer_ops
+from queen_raft.api.timer_parsing import SERVER_OWNED_FIELDS, _parse_timer_op_checked, parse_timer_op, parse_timer_ops
 from queen_raft.api.errors import ApiError
 from queen_raft.raft import GroupUnavailable
 from test_api_fake_group import START_MS, ApiHarness

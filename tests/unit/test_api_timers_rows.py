@@ -8,6 +8,7 @@ import base64
 
 import pytest
 
+from queen_raft.api import timer_parsing
 from queen_raft.api import timers as timers_route
 from test_api_fake_group import ApiHarness
 
@@ -120,13 +121,13 @@ async def test_plain_schedules_get_distinct_uuid7_message_ids_that_the_timers_ke
     [schedule("a"), "not an op"],
 ])
 def test_a_call_with_any_op_not_a_plain_schedule_takes_the_general_path(ops):
-    assert timers_route.plain_schedules(ops) is None
+    assert timer_parsing.plain_schedules(ops) is None
 
 
 def test_a_plain_call_is_the_rows_of_its_ops():
-    plain = timers_route.plain_schedules([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)])
+    plain = timer_parsing.plain_schedules([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)])
     rows = [row[:5] + row[6:] for row in plain.rows]  # the messageIds aside
     assert rows == [["q", "a", "Default", 300, "txn-a", b'{"hi":1}', False, False],
                     ["r", "b", "p", -1, "txn-b", b'{"hi":1}', True, False]]
     assert plain.queues == {"q", "r"}
-    assert plain.as_ops() == timers_route.parse_timer_ops([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)], 256)
+    assert plain.as_ops() == timer_parsing.parse_timer_ops([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)], 256)
