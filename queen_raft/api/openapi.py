@@ -83,7 +83,8 @@ SCHEMAS: dict[str, dict] = {
         "reason": {"enum": list(UNAVAILABLE_REASONS), "description": (
             "why the node cannot answer now. Refused before anything was proposed (certainly not applied): "
             "no_leader, busy, queue_full, paused (an operator paused scheduling: timers_disabled), "
-            "no_encryption_key (this node lacks QUEEN_ENCRYPTION_KEY). The entry may still commit: timeout, "
+            "no_encryption_key (this node lacks QUEEN_ENCRYPTION_KEY), disk_full (this node's journal cannot "
+            "write; another node can take the write). The entry may still commit: timeout, "
             "leader_changed")},
         "success": {"const": False, "description": "transaction refusals only"},
     }, ("error", "message", "reason")),

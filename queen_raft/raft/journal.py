@@ -93,7 +93,7 @@ def fsync_directory_of(path: str) -> None:
 class DurableMetaStorer(CheckedMetaStorer):
     """Term, vote and commit index, written to a tmp file, fsynced, renamed, directory fsynced."""
 
-    def storeMeta(self, meta):
+    def _write(self, meta) -> None:
         path = self.getPath()
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:

@@ -32,6 +32,10 @@ DISK_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 # A filesystem without fallocate: growth falls back to ftruncate, as pysyncobj's ResizableFile.
 NO_FALLOCATE_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
+# Kept reserved next to .meta so that a full disk can still store a new term (CheckedMetaStorer).
+META_RESERVE_SUFFIX = ".reserve"
+META_RESERVE_BYTES = 64 * 1024
+
 INITIAL_SIZE_BYTES = 1024
 GROWTH_FACTOR = 2.0
 # When doubling does not fit, the file grows by what the write needs, rounded up to this.
@@ -161,10 +165,54 @@ def load_meta(path: str) -> dict:
 
 
 class CheckedMetaStorer(MetaStorer):
-    """pysyncobj's MetaStorer whose getMeta refuses a damaged file instead of starting from {}."""
+    """pysyncobj's MetaStorer whose getMeta refuses a damaged file instead of starting from {}, and
+    whose storeMeta still works once on a full disk.
+
+    A node on a full disk must still store a new term to follow a new leader (pysyncobj stores it
+    before it accepts the leader's messages), or it could neither apply nor serve reads. So a file of
+    META_RESERVE_BYTES is kept reserved next to the meta (`.meta.reserve`); when a store fails for
+    lack of space, the reserve is deleted and the store tried again, and the reserve is made again
+    after a store once space allows. Without it, a failed store raises (pysyncobj then sends no vote
+    and takes no new term: safe, and retried on the next message).
+    """
 
     def getMeta(self):
         return load_meta(self.getPath())
+
+    def storeMeta(self, meta):
+        try:
+            self._write(meta)
+        except OSError as exc:
+            if not is_disk_write_error(exc) or not self._release_reserve():
+                raise
+            log.warning("%s: disk full (%s); stored term and vote in the space kept for them", self.getPath(), exc)
+            self._write(meta)
+        else:
+            self._keep_reserve()
+
+    def _write(self, meta) -> None:
+        MetaStorer.storeMeta(self, meta)
+
+    def _release_reserve(self) -> bool:
+        try:
+            os.remove(self.getPath() + META_RESERVE_SUFFIX)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _keep_reserve(self) -> None:
+        path = self.getPath() + META_RESERVE_SUFFIX
+        if os.path.exists(path):
+            return
+        fd = os.open(path + ".tmp", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, META_RESERVE_BYTES)
+        except OSError:
+            os.close(fd)
+            os.remove(path + ".tmp")  # no space yet: try again after the next store
+            return
+        os.close(fd)
+        os.replace(path + ".tmp", path)
 
 
 def write_journal_file(path: str, kept, durable: bool):

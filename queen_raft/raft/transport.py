@@ -11,6 +11,11 @@
   before poll(), so the leader's own entries are durable before the next tick's commit scan counts
   the leader itself.
 
+- Full disk: while the journal cannot write (journal.disk_full), this node stands aside: a leader
+  steps down at once, before its next commit scan could count entries it could not flush, and the
+  node starts no election (its vote could not be stored either). It keeps following, applying what
+  the others commit, so its reads go on; its acknowledgements wait for a flush that succeeds.
+
 - Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
   burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
 
@@ -194,6 +199,8 @@ class GroupTransport(TCPTransport):
             for node, messages in held_by_node.items():
                 for message in messages:
                     super().send(node, message)
+        if getattr(self.journal, "disk_full", False):
+            self._stand_aside()
         if not self._nodes:
             self._wake_single_node_commit()
         if getattr(self.journal, "size_bytes", 0) > LOG_COMPACTION_MAX_BYTES:
@@ -202,6 +209,16 @@ class GroupTransport(TCPTransport):
             self.compaction_requests += 1
         self._trim_heap_after_a_burst()
         super()._onTick()
+
+    def _stand_aside(self) -> None:
+        """No leading and no election while the journal cannot write (see the module docstring)."""
+        sync_obj = self._syncObj
+        if sync_obj._isLeader():
+            log.error("stepping down as leader: this node's journal cannot write")
+            # What pysyncobj itself does when a leader loses its majority (leaderFallbackTimeout).
+            sync_obj._SyncObj__setState(0)  # _RAFT_STATE.FOLLOWER
+            sync_obj._SyncObj__raftLeader = None
+        sync_obj._SyncObj__raftElectionDeadline = monotonic_time() + sync_obj.conf.raftMaxTimeout
 
     def _trim_heap_after_a_burst(self) -> None:
         watch = self._burst_end
