@@ -225,7 +225,8 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
         return self._FileJournal__currentOffset
 
     def _release_pages_behind(self) -> None:
-        bound = self._release_bound() - RESIDENT_TAIL_BYTES
+        written = self._spill_from if self._spill_from is not None else self._FileJournal__currentOffset
+        bound = min(self._release_bound(), written) - RESIDENT_TAIL_BYTES  # the spill is not in the file
         if bound - self._released_until < RELEASE_STEP_BYTES:
             return
         floor = bound - bound % mmap.PAGESIZE

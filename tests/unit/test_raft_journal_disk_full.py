@@ -99,6 +99,23 @@ def test_a_crash_while_records_wait_in_memory_loses_only_those_records(tmp_path,
     assert list(GroupCommitJournal(path, None)) == [(b"\x00kept", 1, 1)]
 
 
+@pytest.mark.parametrize("kind", [CompactionGuardedJournal, GroupCommitJournal])
+def test_megabytes_waiting_in_memory_leave_the_mapping_alone(tmp_path, monkeypatch, kind):
+    # Pages behind the written end leave the resident set; the waiting records are not in the file.
+    disk = Disk(monkeypatch)
+    journal = kind(str(tmp_path / "raft.journal"), None)
+    journal.add(b"\x00a", 1, 1)
+    disk.full = True
+    big = b"\x00" + b"m" * (256 * 1024)
+    for idx in range(2, 12):
+        journal.add(big, idx, 1)
+    assert journal.disk_full and journal[-1] == (big, 11, 1)
+    disk.full = False
+    journal.onOneSecondTimer()  # the once-a-second retry (off mode has no flush)
+    assert not journal.disk_full and journal[5] == (big, 6, 1)
+    journal._destroy()
+
+
 def test_truncating_inside_and_below_the_waiting_records(tmp_path, monkeypatch):
     disk = Disk(monkeypatch)
     journal = CompactionGuardedJournal(str(tmp_path / "raft.journal"), None)
