@@ -80,3 +80,36 @@ def test_an_empty_or_garbage_meta_stops_the_node_with_65(stopped_single_node, co
     with open(path, "wb") as f:
         f.write(content)
     assert_refused_with_65(stopped_single_node, path, offset=0)
+
+
+def test_a_leader_that_reads_back_a_damaged_entry_stops_with_65_and_sends_nothing_of_it(tmp_path):
+    """The byte flips on the leader's disk after the write committed; a follower that was down
+    needs the entry, the leader reads it back to send it, finds the damage and stops. The group
+    goes on with the other two nodes and the original value."""
+    cluster = NodeCluster(tmp_path).start()
+    try:
+        leader = cluster.role_of("acme", "leader")
+        lagging, other = [n for n in cluster.node_ids if n != leader]
+        assert cluster.stop_node(lagging) == 0
+        status, _, body = cluster.call(leader, "PUT", "/api/v1/kv/dmg/k", RW, {"value": VALUE})
+        assert status == 200, body
+        path = str(cluster.data_dir / leader / "acme" / "raft.journal")
+        with open(path, "r+b") as f:
+            data = f.read()
+            at = data.index(VALUE.encode())
+            f.seek(at + 5)
+            f.write(bytes([data[at + 5] ^ 0x20]))
+        cluster.start_node(lagging)
+        process = cluster.processes[leader]
+        deadline = time.monotonic() + EXIT_TIMEOUT_S
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() == 65, cluster.log_tail(leader)
+        log = cluster.log_path(leader).read_text(errors="replace")
+        assert f"damaged data in {path}" in log and "wipe this node's data dir" in log
+        cluster.wait_ready([lagging, other])
+        for node in (lagging, other):
+            status, _, body = cluster.call(node, "GET", "/api/v1/kv/dmg/k", token("acme", "read-only"))
+            assert status == 200 and body["value"] == VALUE, (node, body)
+    finally:
+        cluster.stop()
