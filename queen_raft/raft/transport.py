@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 ACKNOWLEDGEMENT_TYPE = "next_node_idx"
 
 
+def _is_ack(message) -> bool:
+    return isinstance(message, dict) and message.get("type") == ACKNOWLEDGEMENT_TYPE
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, port = address.rsplit(":", 1)
     return host, int(port)
@@ -187,7 +191,12 @@ class GroupTransport(TCPTransport):
                 # Once something is held for a node, everything after it waits too: order per link.
                 if held is None:
                     held = self._held[node] = deque()
-                held.append(message)
+                if getattr(journal, "disk_full", False) and held and _is_ack(held[-1]) and _is_ack(message):
+                    # Held until the disk takes writes again, maybe for hours: keep the newest of a
+                    # run of acknowledgements only (it says where this node's log is now).
+                    held[-1] = message
+                else:
+                    held.append(message)
                 return node in self._connections and self._connections[node].state == CONNECTION_STATE.CONNECTED
         return super().send(node, message)
 

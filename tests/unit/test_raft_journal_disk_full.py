@@ -234,3 +234,25 @@ def test_a_new_term_is_stored_on_a_full_disk_in_the_space_kept_for_it(tmp_path, 
     reopened = GroupCommitJournal(path, None)
     assert reopened.getCurrentTerm() == 6
     reopened._destroy()
+
+
+def test_acknowledgements_held_on_a_full_disk_keep_only_the_newest_of_a_run(tmp_path, monkeypatch):
+    disk = Disk(monkeypatch)
+    journal = GroupCommitJournal(str(tmp_path / "raft.journal"), None)
+    transport = object.__new__(GroupTransport)
+    transport.group_commit_journal = transport.journal = journal
+    transport._held, transport._connections = {}, {}
+    journal.add(b"\x00a", 1, 1)
+    first = {"type": "next_node_idx", "next_node_idx": 2, "success": True}
+    other = {"type": "apply_command", "command": b"x"}
+    transport.send("leader", first)
+    transport.send("leader", other)
+    assert transport.held_count() == 2  # a writable disk: every message held, in order
+    disk.full = True
+    for idx in range(2, 6):
+        journal.add(BIG, idx, 1)
+    acks = [{"type": "next_node_idx", "next_node_idx": idx + 1, "success": True} for idx in range(2, 6)]
+    for ack in acks:
+        transport.send("leader", ack)
+    assert journal.disk_full and list(transport._held["leader"]) == [first, other, acks[-1]]
+    journal._destroy()
