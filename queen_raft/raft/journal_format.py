@@ -15,7 +15,7 @@ allows (lengths, tails, consecutive indexes), and is then rewritten as version 2
 compaction's crash-safe rename (CompactionGuardedJournal.__init__). Nothing else reads our journals:
 pysyncobj's FileJournal is replaced for every group.
 
-CRC-32 rather than CRC-32C: zlib's is in the stdlib and runs in C (~1 GB/s here); it detects every
+CRC-32 rather than CRC-32C: zlib's is in the stdlib and runs in C; it detects every
 burst of up to 32 flipped bits, and a random damage with probability 1 - 2^-32, which is what a
 torn or rotten record needs; nothing here defends against a deliberate forgery (whoever can write
 the data dir can write anything).
