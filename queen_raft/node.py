@@ -24,6 +24,8 @@ from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import ClusterConfig, NodeConfig, Settings
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
+from queen_raft.raft.damaged import DamagedDataError, on_runtime_damage, remove_runtime_damage_listener
+from queen_raft.raft.damaged import exit_code_for as damaged_data_exit_code
 from queen_raft.state import TenantState
 
 log = logging.getLogger("queen_raft.node")
@@ -107,6 +109,7 @@ class NodeProcess:
     groups: dict[str, TenantGroup]
     serving: ServingNode
     missing_key: MissingEncryptionKey | None = None
+    damaged: DamagedDataError | None = None
 
 
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
@@ -120,7 +123,7 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     for tenant in config.tenants:
         apply_signal = ApplySignal()
         state_class = signalling_state_class(apply_signal)
-        group = TenantGroup(
+        group = _start_group(groups, TenantGroup,
             tenant=tenant.name,
             self_addr=node.raft_addr(tenant.index),
             peer_addrs=[peer.raft_addr(tenant.index) for peer in config.nodes if peer.id != node.id],
@@ -154,6 +157,17 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
         cipher=PayloadCipher(config.settings.encryption_key) if config.settings.encryption_key else None,
     )
     return NodeProcess(config=config, node=node, groups=groups, serving=serving)
+
+
+def _start_group(started: dict[str, TenantGroup], group_class, **arguments) -> TenantGroup:
+    """A new group; when it cannot start (damaged data on disk), the groups started before it stop
+    first, so the node exits at once with its error."""
+    try:
+        return group_class(**arguments)
+    except DamagedDataError:
+        for group in started.values():
+            group.destroy()
+        raise
 
 
 def _log_leadership_change(tenant: str, role: str, leader: str | None, term: int) -> None:
@@ -222,10 +236,17 @@ async def serve(process: NodeProcess) -> None:
     log.info("node %s serving http://%s:%s (tenants: %s)", process.node.id, process.node.host,
              process.node.http_port, ", ".join(process.groups))
     key_check = asyncio.create_task(refuse_to_run_without_key(process, stop))
+
+    def stop_on_damage(error: DamagedDataError) -> None:  # any thread: an entry read back failed its check
+        process.damaged = process.damaged or error
+        loop.call_soon_threadsafe(stop.set)
+
+    on_runtime_damage(stop_on_damage)
     try:
         await stop.wait()
         log.info("node %s stopping", process.node.id)
     finally:
+        remove_runtime_damage_listener(stop_on_damage)
         key_check.cancel()
         await runner.cleanup()
         for group in process.groups.values():
@@ -249,7 +270,11 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
     """Serves on the stdlib asyncio loop, not uvloop: uvloop made single-op schedules no faster
     (docs/performance.md), and its clock and timers have 1 ms resolution and a cached "now", which
     the tick loop's minimum gap between ticks is measured with, and its socket writes hold the GIL."""
-    process = build_node(config, node_id)
+    try:
+        process = build_node(config, node_id)
+    except DamagedDataError as exc:
+        log.critical("node %s refuses to start: %s", node_id, exc)
+        raise SystemExit(damaged_data_exit_code(exc)) from None
     configure_gc()
     configure_gil_switch_interval()
     try:
@@ -258,5 +283,8 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
         for group in process.groups.values():
             group.destroy()
         log.info("node %s stopped", process.node.id)
+    if process.damaged is not None:
+        log.critical("node %s stopped: %s", node_id, process.damaged)
+        raise SystemExit(damaged_data_exit_code(process.damaged))
     if process.missing_key is not None:
         raise SystemExit(EXIT_MISSING_ENCRYPTION_KEY)

@@ -2,7 +2,7 @@
 
 Every 503 also carries `reason`, one of UNAVAILABLE_REASONS, so a client (the fault harness first)
 can tell a refusal made before anything was proposed (`no_leader`, `busy`, `queue_full`, `paused`,
-`no_encryption_key`: certainly not applied) from one whose entry may still commit (`timeout`,
+`no_encryption_key`, `disk_full`: certainly not applied) from one whose entry may still commit (`timeout`,
 `leader_changed`) without reading the message text.
 """
 
@@ -16,7 +16,7 @@ from aiohttp import web
 
 # The Raft layer's GroupUnavailable reasons (queen_raft/raft/group.py), then the API's own 503s:
 # an operator's pause of scheduling (timers_disabled) and a node without QUEEN_ENCRYPTION_KEY.
-RAFT_UNAVAILABLE_REASONS = ("no_leader", "timeout", "leader_changed", "queue_full", "busy")
+RAFT_UNAVAILABLE_REASONS = ("no_leader", "timeout", "leader_changed", "queue_full", "busy", "disk_full")
 PAUSED = "paused"
 NO_ENCRYPTION_KEY = "no_encryption_key"
 UNAVAILABLE_REASONS = RAFT_UNAVAILABLE_REASONS + (PAUSED, NO_ENCRYPTION_KEY)

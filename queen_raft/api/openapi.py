@@ -16,6 +16,7 @@ from aiohttp import web
 
 from queen_raft.api import dlq, harness_hooks, kv, messages, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
+from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
 
 OPENAPI_VERSION = "3.1.0"
@@ -82,7 +83,8 @@ SCHEMAS: dict[str, dict] = {
         "reason": {"enum": list(UNAVAILABLE_REASONS), "description": (
             "why the node cannot answer now. Refused before anything was proposed (certainly not applied): "
             "no_leader, busy, queue_full, paused (an operator paused scheduling: timers_disabled), "
-            "no_encryption_key (this node lacks QUEEN_ENCRYPTION_KEY). The entry may still commit: timeout, "
+            "no_encryption_key (this node lacks QUEEN_ENCRYPTION_KEY), disk_full (this node's journal cannot "
+            "write; another node can take the write). The entry may still commit: timeout, "
             "leader_changed")},
         "success": {"const": False, "description": "transaction refusals only"},
     }, ("error", "message", "reason")),
@@ -250,8 +252,10 @@ def _paths() -> dict:
     }, ("tenant", "billedMessages", "pushedMessages", "pendingTimers", "fired", "schedulingPaused"))
     paused = obj({"tenant": STR, "paused": BOOL}, ("tenant", "paused"))
     group_status = obj({"role": NULL_STR, "leader": NULL_STR, "term": NULL_INT, "commitIndex": NULL_INT,
-                        "appliedIndex": NULL_INT})
-    health = obj({"status": {"enum": ["healthy", "settling"]}, "node": STR,
+                        "appliedIndex": NULL_INT, "problem": {"enum": [None, *HEALTH_PROBLEMS], "description": (
+                            "why the group is unhealthy on this node: state_not_loaded, not_applying (applied "
+                            "index stuck behind the commit index), disk_full (refuses writes, serves reads)")}})
+    health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR,
                   "groups": {"type": "object", "additionalProperties": group_status}}, ("status", "node", "groups"))
     return {
         "/api/v1/timers": {"post": operation(
@@ -343,7 +347,8 @@ def _paths() -> dict:
         "/api/v1/usage": {"get": operation("Billed messages and counters of the tenant (admin)", usage, tag="admin")},
         "/api/v1/openapi.json": {"get": operation("This document", {"type": "object"}, errors=(), public=True)},
         "/health": {"get": operation("Each group's Raft view from this node", health, errors=(), public=True,
-                                     extra={"503": {"description": "some group has no known leader",
+                                     extra={"503": {"description": "settling: some group has no known leader; "
+                                                                   "unhealthy: a group has a problem",
                                                     "content": json_content(health)}})},
         "/metrics": {"get": {"summary": "Prometheus text", "security": [], "tags": ["queen"],
                              "responses": {"200": {"description": "metrics",

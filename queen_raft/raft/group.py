@@ -118,6 +118,7 @@ _RETRY_AFTER_BY_REASON = {
     "leader_changed": RETRY_AFTER_LEADER_CHANGED_S,
     "queue_full": RETRY_AFTER_BUSY_S,
     "busy": RETRY_AFTER_BUSY_S,
+    "disk_full": RETRY_AFTER_NO_LEADER_S,  # another node of the cluster can take the write meanwhile
 }
 
 
@@ -317,6 +318,7 @@ class TenantGroup:
             "appliedIndex": so.raftLastApplied,
             "appendEntries": so.append_counters(),
             "proposals": self._proposal_counters(),
+            "diskFull": bool(getattr(so._SyncObj__raftLog, "disk_full", False)),
         }
 
     def _proposal_counters(self) -> dict:
@@ -375,6 +377,8 @@ class TenantGroup:
 
         Stamps command["now"] with this node's clock when absent (the group clock, docs/spec.md section 1).
         """
+        if command.get("op") != "barrier" and getattr(self._syncobj._SyncObj__raftLog, "disk_full", False):
+            raise GroupUnavailable("disk_full", detail="this node's journal cannot write")  # reads go on
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
     async def _propose(self, command: dict, timeout_s: float, alone: bool = False) -> dict:

@@ -19,6 +19,12 @@ RESIDENT_TAIL_BYTES behind what is written (and, in group mode, flushed). Those 
 cache (a shared file mapping: MADV_DONTNEED only unmaps them, and a later read maps the same cached
 page again), so nothing a kill -9 could lose changes.
 
+Damage and full disks: every record carries a CRC-32, checked at load and whenever an entry is read
+back to apply or replicate; a load that finds damage refuses to start (journal_format.py,
+damaged.py). The file grows only into space reserved with posix_fallocate (journal_storage.py), so
+a full disk is an error instead of SIGBUS: records that do not fit wait in memory ("spilled"),
+never flushed, so never acknowledged, and go to the file as soon as it can grow again.
+
 pysyncobj creates its journal through the module global `pysyncobj.syncobj.createJournal`;
 `install_journal_factory` replaces it with one that looks up the kind registered for the journal
 path, so each group picks its own mode.
@@ -30,23 +36,28 @@ import gzip
 import logging
 import mmap
 import os
-import struct
 import threading
-from array import array
-from collections.abc import Sequence
 
 import pysyncobj.syncobj
-from pysyncobj.journal import (
-    FIRST_RECORD_OFFSET,
-    LAST_RECORD_OFFSET_OFFSET,
-    FileJournal,
-    MemoryJournal,
-    MetaStorer,
-    ResizableFile,
-)
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, MemoryJournal
 from pysyncobj.pickle import dumps as pysyncobj_dumps
 from pysyncobj.pickle import load as pysyncobj_load
-from pysyncobj.pickle import to_bytes
+
+from queen_raft.raft.damaged import DamagedDataError, report_runtime_damage
+from queen_raft.raft.journal_format import (
+    CHECKSUMMED_FORMAT,
+    RECORD_HEAD,
+    RECORD_OVERHEAD_BYTES,
+    RECORD_TAIL_BYTES,
+    STOCK_RECORD_HEAD,
+    encode_journal_record,
+    journal_header,
+    record_problem,
+    scan_records,
+)
+from queen_raft.raft.journal_slice import JournalSlice
+from queen_raft.raft.journal_spill import SpillOnFullDisk
+from queen_raft.raft.journal_storage import CheckedMetaStorer, PreallocatedFile, is_disk_write_error, write_journal_file
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +65,8 @@ log = logging.getLogger(__name__)
 # The compacted journal is written here, then renamed over the journal.
 COMPACTION_SUFFIX = ".compacting"
 
-# A record is <I len, <QQ idx term, command, <I len (FileJournal's format, kept byte for byte).
-RECORD_HEAD = struct.Struct("<IQQ")
-RECORD_TAIL_BYTES = 4
-RECORD_OVERHEAD_BYTES = RECORD_HEAD.size + RECORD_TAIL_BYTES
+__all__ = ["JournalSlice", "encode_journal_record"]  # re-exported, with the journal classes below
+
 
 # The journal's pages this far behind the write offset stay mapped: the leader reads the entries it
 # replicates and every node reads the entries it applies from there, right after writing them (a
@@ -66,44 +75,6 @@ RESIDENT_TAIL_BYTES = 256 * 1024
 # Pages are dropped once this much more was written since the last drop: one madvise per step, and
 # the pages it can leave mapped are at most RESIDENT_TAIL_BYTES + this.
 RELEASE_STEP_BYTES = 256 * 1024
-
-
-def encode_journal_record(command: bytes, idx: int, term: int) -> bytes:
-    """One record in FileJournal's format: <I len, <QQ idx term, command, <I len (as its add())."""
-    command = to_bytes(command)
-    length = struct.pack("<I", len(command) + 16)
-    return b"".join((length, struct.pack("<QQ", idx, term), command, length))
-
-
-class JournalSlice(Sequence):
-    """A run of journal entries, each read from the file when asked for (slicing one gives a list).
-
-    pysyncobj slices the log to pick what to send and to apply (`log[diff:]`, then trims the result to
-    a byte budget): reading every command of a long tail up front would copy it all on every send.
-    Use a slice at once: it reads by position, and a later compaction moves positions.
-    """
-
-    __slots__ = ("_journal", "_positions")
-
-    def __init__(self, journal: "CompactionGuardedJournal", positions: range) -> None:
-        self._journal = journal
-        self._positions = positions
-
-    def __len__(self) -> int:
-        return len(self._positions)
-
-    def __getitem__(self, item):
-        if isinstance(item, slice):
-            return [self._journal.entry_at(p) for p in self._positions[item]]
-        return self._journal.entry_at(self._positions[item])
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, (list, tuple, JournalSlice)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"JournalSlice({list(self)!r})"
 
 
 def fsync_path(path: str) -> None:
@@ -119,10 +90,10 @@ def fsync_directory_of(path: str) -> None:
     fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
-class DurableMetaStorer(MetaStorer):
+class DurableMetaStorer(CheckedMetaStorer):
     """Term, vote and commit index, written to a tmp file, fsynced, renamed, directory fsynced."""
 
-    def storeMeta(self, meta):
+    def _write(self, meta) -> None:
         path = self.getPath()
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
@@ -133,7 +104,7 @@ class DurableMetaStorer(MetaStorer):
         fsync_directory_of(path)
 
 
-class CompactionGuardedJournal(FileJournal):
+class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
     """FileJournal whose compaction can neither cut past the end nor lose the tail on a crash.
 
     - Past the end: seen once under a follower burst with compaction running, a snapshot install
@@ -151,43 +122,65 @@ class CompactionGuardedJournal(FileJournal):
 
     def __init__(self, journalFile, fullDumpFile=None):
         # FileJournal.__init__ without its list of every command: the same file, meta and offset,
-        # and per record only where it starts, its index and its term.
-        self._FileJournal__journalFile = ResizableFile(journalFile, defaultContent=self._FileJournal__getDefaultHeader())
-        self._FileJournal__metaStorer = MetaStorer(journalFile + ".meta")
-        self._FileJournal__meta = self._FileJournal__metaStorer.getMeta()
-        self._FileJournal__metaSaved = True
-        self._offsets = array("Q")
-        self._indexes = array("Q")
-        self._terms = array("Q")
-        self._FileJournal__currentOffset = self._scan_records()
+        # and per record only where it starts, its index and its term. Damage raises DamagedDataError.
         self.journal_path = journalFile
         self.full_dump_file = fullDumpFile
+        self._FileJournal__metaStorer = CheckedMetaStorer(journalFile + ".meta")
+        self._FileJournal__meta = self._FileJournal__metaStorer.getMeta()
+        self._FileJournal__metaSaved = True
+        self._forget_empty_journal_of_a_fresh_node()
+        self._FileJournal__journalFile = PreallocatedFile(journalFile, journal_header())
+        # Records that a full disk could not take: they start at file offset _spill_from.
+        self._spill = bytearray()
+        self._spill_from: int | None = None
+        self.disk_error: OSError | None = None  # the last write error while one is unresolved
+        self._disk_error_logged_at = -1e18
         self.compactions_refused = 0
         # Command bytes added since this journal was opened (never decreases): bursts of writes.
         self.bytes_appended = 0
         self.pages_released = 0
         self._released_until = 0
         self.reconciled_with_snapshot = False
+        self._FileJournal__currentOffset = self._scan_records()
+        if self._format != CHECKSUMMED_FORMAT:
+            self._convert_to_checksummed_format()
         if fullDumpFile and os.path.exists(fullDumpFile):
             self._reconcile_with_snapshot()
         self._release_pages_behind()
 
+    def _forget_empty_journal_of_a_fresh_node(self) -> None:
+        """A 0-byte journal with no .meta is a first start killed between creating the file and
+        writing its header (nothing was ever stored): start afresh. With a .meta it is damage."""
+        path = self.journal_path
+        if os.path.exists(path) and os.path.getsize(path) == 0 and not os.path.exists(path + ".meta"):
+            log.warning("journal %s is empty and no term was ever stored: starting it afresh", path)
+            os.remove(path)
+
     def _mmap(self) -> mmap.mmap:
-        # ResizableFile replaces its mmap when it has to grow the file by appending: look it up each time.
-        return self._FileJournal__journalFile._ResizableFile__mm
+        # The file replaces its mmap when it cannot resize it in place: look it up each time.
+        return self._FileJournal__journalFile.mm
 
     def _scan_records(self) -> int:
-        """Index every record in the file (as FileJournal.__init__ reads them); the end offset."""
-        mapped = self._mmap()
-        offset = FIRST_RECORD_OFFSET
-        end = self._FileJournal__getLastRecordOffset()
-        while offset < end:
-            size, idx, term = RECORD_HEAD.unpack_from(mapped, offset)
-            self._offsets.append(offset)
-            self._indexes.append(idx)
-            self._terms.append(term)
-            offset += size + 8
-        return offset
+        """Check and index every record in the file (journal_format.scan_records); the end offset."""
+        journal_file = self._FileJournal__journalFile
+        scanned = scan_records(self._mmap(), len(journal_file.mm), self.journal_path)
+        # Checked as found on disk first: reserving may grow the file, and must not hide a short one.
+        journal_file.reserve_all(backed_through=scanned.end)
+        if scanned.torn_bytes:
+            self._FileJournal__setLastRecordOffset(scanned.end)
+        self._format = scanned.version
+        self._offsets, self._indexes, self._terms = scanned.offsets, scanned.indexes, scanned.terms
+        return scanned.end
+
+    def _convert_to_checksummed_format(self) -> None:
+        """Rewrite a journal of pysyncobj's format (no checksums) in ours, through a renamed file."""
+        count = len(self._offsets)
+        try:
+            self._rewrite(self[0:count], raise_disk_errors=True)
+        except OSError as exc:
+            raise RuntimeError(f"cannot rewrite the journal {self.journal_path} with checksums ({exc}); "
+                               "free space on its disk and start the node again") from exc
+        log.info("journal %s: rewrote %d records of pysyncobj's format with checksums", self.journal_path, count)
 
     # -- the log pysyncobj sees: (command, index, term) by position ---------------------------------
 
@@ -200,10 +193,24 @@ class CompactionGuardedJournal(FileJournal):
         return self.entry_at(range(len(self._offsets))[item])  # negative positions, IndexError
 
     def entry_at(self, position: int) -> tuple[bytes, int, int]:
+        """(command, index, term) of the record at `position`, its checksum checked: an entry read
+        back to apply or to replicate is the one that was written, or the node stops (damaged.py)."""
         start = self._offsets[position]
         end = self._offsets[position + 1] if position + 1 < len(self._offsets) else self._FileJournal__currentOffset
-        command = self._mmap()[start + RECORD_HEAD.size : end - RECORD_TAIL_BYTES]
-        return command, self._indexes[position], self._terms[position]
+        idx, term = self._indexes[position], self._terms[position]
+        if self._spill_from is not None and start >= self._spill_from:
+            buffer, start, end = self._spill, start - self._spill_from, end - self._spill_from
+        else:
+            buffer = self._mmap()
+        if self._format != CHECKSUMMED_FORMAT:  # only while a stock journal is being converted
+            return buffer[start + STOCK_RECORD_HEAD.size : end - RECORD_TAIL_BYTES], idx, term
+        command = bytes(buffer[start + RECORD_HEAD.size : end - RECORD_TAIL_BYTES])
+        problem = record_problem(bytes(buffer[start : start + RECORD_HEAD.size]), command, idx, term)
+        if problem is not None:
+            error = DamagedDataError(self.journal_path, self._offsets[position], f"entry {idx} read back: {problem}")
+            report_runtime_damage(error)
+            raise error
+        return command, idx, term
 
     @property
     def size_bytes(self) -> int:
@@ -218,7 +225,8 @@ class CompactionGuardedJournal(FileJournal):
         return self._FileJournal__currentOffset
 
     def _release_pages_behind(self) -> None:
-        bound = self._release_bound() - RESIDENT_TAIL_BYTES
+        written = self._spill_from if self._spill_from is not None else self._FileJournal__currentOffset
+        bound = min(self._release_bound(), written) - RESIDENT_TAIL_BYTES  # the spill is not in the file
         if bound - self._released_until < RELEASE_STEP_BYTES:
             return
         floor = bound - bound % mmap.PAGESIZE
@@ -260,12 +268,14 @@ class CompactionGuardedJournal(FileJournal):
     def add(self, command, idx, term):
         record = encode_journal_record(command, idx, term)
         offset = self._FileJournal__currentOffset
-        self._FileJournal__journalFile.write(offset, record)
+        self._write_or_spill(offset, record)
         self._offsets.append(offset)
         self._indexes.append(idx)
         self._terms.append(term)
         self._FileJournal__currentOffset = offset + len(record)
-        self._FileJournal__setLastRecordOffset(self._FileJournal__currentOffset)
+        if self._spill_from is None:
+            # The header's end offset never covers a record that is not in the file.
+            self._FileJournal__setLastRecordOffset(self._FileJournal__currentOffset)
         self.bytes_appended += len(record) - RECORD_OVERHEAD_BYTES
         self._release_pages_behind()
 
@@ -281,7 +291,8 @@ class CompactionGuardedJournal(FileJournal):
         end = self._offsets[keep] if keep > 0 else FIRST_RECORD_OFFSET
         del self._offsets[keep:], self._indexes[keep:], self._terms[keep:]
         self._FileJournal__currentOffset = end
-        self._FileJournal__setLastRecordOffset(end)
+        if not self._truncate_spill(end):
+            self._FileJournal__setLastRecordOffset(end)
         self._released_until = min(self._released_until, end)
 
     def deleteEntriesTo(self, entryTo):
@@ -290,28 +301,25 @@ class CompactionGuardedJournal(FileJournal):
             log.warning("refused to compact the journal to %d past its end (%d entries)", entryTo, len(self))
             return
         self._before_compaction()
-        self._rewrite(self[entryTo:])
+        return self._rewrite(self[entryTo:])
 
-    def _rewrite(self, kept) -> None:
+    def _rewrite(self, kept, raise_disk_errors: bool = False) -> bool:
         """Replace the journal by exactly `kept` (entries, read one at a time), through a new file
-        renamed into place."""
+        renamed into place. On a full disk the journal stays as it was (keeping entries a snapshot
+        covers is harmless: the next compaction drops them)."""
         tmp_path = self.journal_path + COMPACTION_SUFFIX
         if os.path.exists(tmp_path):
             os.remove(tmp_path)  # left by a crash during an earlier compaction
-        new_file = ResizableFile(tmp_path, defaultContent=self._FileJournal__getDefaultHeader())
-        offsets, indexes, terms = array("Q"), array("Q"), array("Q")
-        offset = FIRST_RECORD_OFFSET
-        for position in range(len(kept)):
-            command, idx, term = kept[position]
-            record = encode_journal_record(command, idx, term)
-            new_file.write(offset, record)
-            offsets.append(offset)
-            indexes.append(idx)
-            terms.append(term)
-            offset += len(record)
-        new_file.write(LAST_RECORD_OFFSET_OFFSET, struct.pack("<I", offset))
-        if self.durable:
-            new_file.flush()
+        try:
+            new_file, offsets, indexes, terms, offset = write_journal_file(tmp_path, kept, self.durable)
+        except OSError as exc:
+            if raise_disk_errors or not is_disk_write_error(exc):
+                raise
+            if os.path.exists(tmp_path):
+                os.remove(tmp_path)
+            self.compactions_refused += 1
+            log.warning("journal %s: compaction refused, its new file does not fit (%s)", self.journal_path, exc)
+            return False
         os.replace(tmp_path, self.journal_path)
         if self.durable:
             fsync_directory_of(self.journal_path)
@@ -319,8 +327,13 @@ class CompactionGuardedJournal(FileJournal):
         self._FileJournal__journalFile = new_file
         self._offsets, self._indexes, self._terms = offsets, indexes, terms
         self._FileJournal__currentOffset = offset
+        self._format = CHECKSUMMED_FORMAT
+        if self._spill_from is not None:
+            self._spill_from, self._spill = None, bytearray()
+            self._disk_write_recovered()
         self._released_until = 0
         self._release_pages_behind()
+        return True
 
     def _before_compaction(self) -> None:
         pass
@@ -336,6 +349,7 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self._FileJournal__metaStorer = DurableMetaStorer(journalFile + ".meta")
         self.dirty = False
         self.flushes = 0
+        self.flush_failed: OSError | None = None
         # What the last flush made durable (all of it: the journal opened from disk).
         self._flushed_offset = self._FileJournal__currentOffset
         self._release_pages_behind()
@@ -368,11 +382,13 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self._make_snapshot_durable()
 
     def deleteEntriesTo(self, entryTo):
-        super().deleteEntriesTo(entryTo)
+        if not super().deleteEntriesTo(entryTo):
+            return False  # refused (past the end, or a full disk): what was pending still is
         # The rewritten journal was flushed before the rename: nothing of it is pending any more.
         self.dirty = False
         self._flushed_offset = self._FileJournal__currentOffset
         self._release_pages_behind()
+        return True
 
     def deleteEntriesFrom(self, entryFrom):
         super().deleteEntriesFrom(entryFrom)
@@ -384,18 +400,38 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self._flushed_offset = min(self._flushed_offset, self._FileJournal__currentOffset)
 
     def flush_if_dirty(self) -> bool:
-        if not self.dirty:
+        """fdatasync what changed; False when nothing did or it could not: the journal then stays
+        dirty and the transport keeps holding acknowledgements. A failed fdatasync is final for this
+        process (Linux may mark the pages it failed to write clean, so a later success proves
+        nothing): no more acknowledgements until a restart, which checks every record again."""
+        if not self.dirty or self.flush_failed is not None:
             return False
-        self.sync_to_disk()
+        if not self.write_spilled_records():
+            return False
+        try:
+            self.sync_to_disk()
+        except OSError as exc:
+            self.flush_failed = exc
+            self._disk_write_failed(exc)
+            log.critical("journal %s: fdatasync failed (%s); this node acknowledges nothing more until it is "
+                         "restarted", self.journal_path, exc)
+            return False
         self.dirty = False
         self.flushes += 1
         self._flushed_offset = self._FileJournal__currentOffset
         self._release_pages_behind()
         return True
 
+    @property
+    def disk_full(self) -> bool:
+        return super().disk_full or self.flush_failed is not None
+
+    def _disk_write_recovered(self) -> None:
+        if self.flush_failed is None:
+            super()._disk_write_recovered()
+
     def journal_fileno(self) -> int:
-        # ResizableFile reopens its file when it has to grow it by appending: look it up each time.
-        return self._FileJournal__journalFile._ResizableFile__f.fileno()
+        return self._FileJournal__journalFile.file.fileno()
 
     def sync_to_disk(self) -> None:
         """fdatasync(2) of the journal file: what msync(MS_SYNC) of its mapping makes durable, with

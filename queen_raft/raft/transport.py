@@ -11,6 +11,11 @@
   before poll(), so the leader's own entries are durable before the next tick's commit scan counts
   the leader itself.
 
+- Full disk: while the journal cannot write (journal.disk_full), this node stands aside: a leader
+  steps down at once, before its next commit scan could count entries it could not flush, and the
+  node starts no election (its vote could not be stored either). It keeps following, applying what
+  the others commit, so its reads go on; its acknowledgements wait for a flush that succeeds.
+
 - Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
   burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
 
@@ -43,6 +48,10 @@ log = logging.getLogger(__name__)
 
 # The message a follower sends to acknowledge appended entries; held until the journal is durable.
 ACKNOWLEDGEMENT_TYPE = "next_node_idx"
+
+
+def _is_ack(message) -> bool:
+    return isinstance(message, dict) and message.get("type") == ACKNOWLEDGEMENT_TYPE
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -182,7 +191,12 @@ class GroupTransport(TCPTransport):
                 # Once something is held for a node, everything after it waits too: order per link.
                 if held is None:
                     held = self._held[node] = deque()
-                held.append(message)
+                if getattr(journal, "disk_full", False) and held and _is_ack(held[-1]) and _is_ack(message):
+                    # Held until the disk takes writes again, maybe for hours: keep the newest of a
+                    # run of acknowledgements only (it says where this node's log is now).
+                    held[-1] = message
+                else:
+                    held.append(message)
                 return node in self._connections and self._connections[node].state == CONNECTION_STATE.CONNECTED
         return super().send(node, message)
 
@@ -194,6 +208,8 @@ class GroupTransport(TCPTransport):
             for node, messages in held_by_node.items():
                 for message in messages:
                     super().send(node, message)
+        if getattr(self.journal, "disk_full", False):
+            self._stand_aside()
         if not self._nodes:
             self._wake_single_node_commit()
         if getattr(self.journal, "size_bytes", 0) > LOG_COMPACTION_MAX_BYTES:
@@ -202,6 +218,16 @@ class GroupTransport(TCPTransport):
             self.compaction_requests += 1
         self._trim_heap_after_a_burst()
         super()._onTick()
+
+    def _stand_aside(self) -> None:
+        """No leading and no election while the journal cannot write (see the module docstring)."""
+        sync_obj = self._syncObj
+        if sync_obj._isLeader():
+            log.error("stepping down as leader: this node's journal cannot write")
+            # What pysyncobj itself does when a leader loses its majority (leaderFallbackTimeout).
+            sync_obj._SyncObj__setState(0)  # _RAFT_STATE.FOLLOWER
+            sync_obj._SyncObj__raftLeader = None
+        sync_obj._SyncObj__raftElectionDeadline = monotonic_time() + sync_obj.conf.raftMaxTimeout
 
     def _trim_heap_after_a_burst(self) -> None:
         watch = self._burst_end

@@ -3,7 +3,7 @@
 A SyncObj without sockets: pysyncobj's own handler and journal (a GroupCommitJournal on a file),
 with our GroupTransport's group-commit hold in front of a send that only records. Each test builds
 the follower's log with leader messages, then sends overlapping, identical or conflicting ranges and
-checks the journal (in memory and as pysyncobj reads the file back), the deletions the journal was
+checks the journal (in memory and as a fresh load reads the file back), the deletions the journal was
 asked for, the acknowledgements and the commit index.
 """
 
@@ -13,13 +13,12 @@ import logging
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
-from pysyncobj.journal import FileJournal
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.transport import Transport, TCPTransport
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj, count_held_prefix
-from queen_raft.raft.journal import GroupCommitJournal, install_journal_factory, register_journal, unregister_journal
+from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.transport import GroupTransport
 
 SELF_ADDR, LEADER_ADDR, OTHER_ADDR = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
@@ -91,10 +90,10 @@ class Follower:
         return self.syncobj.raftCommitIndex
 
     def close(self) -> list:
-        """Destroy the node; the journal file as pysyncobj's own reader finds it."""
+        """Destroy the node; the journal file as a fresh load finds it."""
         self.syncobj.destroy()
         unregister_journal(self.path)
-        return [tuple(e) for e in FileJournal(self.path)]
+        return [tuple(e) for e in CompactionGuardedJournal(self.path)]
 
 
 @pytest.fixture

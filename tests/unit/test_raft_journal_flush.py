@@ -3,19 +3,19 @@
 GroupCommitJournal.flush_if_dirty is what makes an entry durable before a follower acknowledges it
 and before the leader counts itself. These tests read the mapping's dirty pages from
 /proc/self/smaps: after the flush none may be left, also when the file grew on the way and when
-ResizableFile reopened and remapped it (a flush of the old mapping or of a partial range would leave
+the file was remapped (a flush of the old mapping or of a partial range would leave
 pages dirty here). The flush is os.fdatasync of the journal file, which releases the GIL, instead
 of pysyncobj's mmap.flush (msync, which holds it): these pin that it still cleans what msync did.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 
-from pysyncobj.journal import FileJournal, ResizableFile
-
-from queen_raft.raft.journal import GroupCommitJournal
+from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
+from queen_raft.raft.journal_storage import PreallocatedFile
 
 SMAPS_RANGE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ", re.M)
 SMAPS_DIRTY = re.compile(r"^(?:Shared|Private)_Dirty:\s+(\d+) kB", re.M)
@@ -49,7 +49,7 @@ def test_flush_leaves_no_page_dirty_that_was_written_through_the_mapping(tmp_pat
     assert journal.flush_if_dirty()
     assert dirty_kib_of_mapping(path) == 0
     journal._destroy()
-    reopened = FileJournal(path)
+    reopened = CompactionGuardedJournal(path)
     assert [entry[1] for entry in reopened] == list(range(1, RECORDS + 1))
     assert reopened[-1][0] == command(RECORDS)
 
@@ -66,21 +66,22 @@ def test_every_flush_cleans_what_was_written_since_the_last_one(tmp_path):
     journal._destroy()
 
 
-def test_flush_follows_the_file_when_resizable_file_reopens_it(tmp_path):
-    # ResizableFile grows the file by appending through a new file object when mmap.resize fails,
-    # then maps that one: the flush must write back through the mapping in use now.
+def test_flush_follows_the_mapping_when_the_file_remaps_it(tmp_path):
+    # PreallocatedFile maps the file anew when mmap.resize cannot grow the mapping in place: the
+    # flush must write back through the mapping in use now.
     path = str(tmp_path / "journal")
     journal = GroupCommitJournal(path, None)
-    resizable = journal._FileJournal__journalFile
-    old_file = resizable._ResizableFile__f
-    resizable._ResizableFile__extand(64 * 1024)
-    assert resizable._ResizableFile__f is not old_file and old_file.closed
+    preallocated = journal._FileJournal__journalFile
+    old_mapping = preallocated.mm
+    preallocated.mm.close()
+    preallocated.mm = mmap.mmap(preallocated.file.fileno(), 0)
+    assert preallocated.mm is not old_mapping
     journal.add(b"\x00" + b"z" * 70_000, 1, 1)  # lands past the old end of the file
     assert dirty_kib_of_mapping(path) > 0
     assert journal.flush_if_dirty()
     assert dirty_kib_of_mapping(path) == 0
     journal._destroy()
-    assert [entry[1] for entry in FileJournal(path)] == [1]
+    assert [entry[1] for entry in CompactionGuardedJournal(path)] == [1]
 
 
 def test_flush_is_an_fdatasync_of_the_journal_file_not_the_gil_holding_msync(tmp_path, monkeypatch):
@@ -90,7 +91,7 @@ def test_flush_is_an_fdatasync_of_the_journal_file_not_the_gil_holding_msync(tmp
     synced_inodes: list[int] = []
     msyncs: list[object] = []
     real_fdatasync = os.fdatasync
-    real_msync = ResizableFile.flush
+    real_msync = PreallocatedFile.flush
 
     def recording_fdatasync(fd):
         synced_inodes.append(os.fstat(fd).st_ino)
@@ -101,7 +102,7 @@ def test_flush_is_an_fdatasync_of_the_journal_file_not_the_gil_holding_msync(tmp
         real_msync(resizable)
 
     monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
-    monkeypatch.setattr(ResizableFile, "flush", recording_msync)
+    monkeypatch.setattr(PreallocatedFile, "flush", recording_msync)
     journal.add(command(1), 1, 1)
     assert journal.flush_if_dirty()
     assert synced_inodes == [os.stat(path).st_ino] and msyncs == []

@@ -381,3 +381,18 @@ def test_group_transport_overrides_are_real_overrides():
 @pytest.mark.parametrize("name", ["_isLeader", "_getLeader", "forceLogCompaction", "destroy_synchronous", "waitBinded", "isNodeConnected"])
 def test_syncobj_methods_we_call_exist(name):
     assert callable(getattr(SyncObj, name))
+
+
+def test_syncobj_code_a_full_disk_relies_on():
+    # GroupTransport._stand_aside: stepping down as pysyncobj does on leaderFallbackTimeout, and an
+    # election deadline that the election check reads.
+    tick = source(SyncObj._onTick)
+    assert "self.__setState(_RAFT_STATE.FOLLOWER)\n                self.__raftLeader = None" in tick
+    assert "if self.__raftElectionDeadline < monotonicTime() and self.__connectedToAnyone():" in tick
+    assert pysyncobj.syncobj._RAFT_STATE.FOLLOWER == 0 and pysyncobj.syncobj._RAFT_STATE.LEADER == 2
+    assert params(SyncObj._SyncObj__setState) == ["self", "newState"]
+    assert hasattr(pysyncobj.SyncObjConf(), "raftMaxTimeout") and isinstance(SyncObj.conf, property)
+    # The once-a-second meta save the disk-full journal wraps, and the term store a new leader needs.
+    assert "self.__metaStorer.storeMeta(self.__meta)" in source(pysyncobj.journal.FileJournal.onOneSecondTimer)
+    assert "self.__raftLog.setCurrentTerm(term, votedForNodeId)" in source(SyncObj._SyncObj__setCurrentTerm)
+    assert params(pysyncobj.journal.MetaStorer.getPath) == ["self"]
