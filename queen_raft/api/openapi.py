@@ -263,7 +263,8 @@ def _paths() -> dict:
             body={"oneOf": [obj({"operations": array(ref("TimerOp"), 1, None)}, ("operations",)),
                             array(ref("TimerOp"), 1, None)],
                   "description": "at most QUEEN_TIMERS_MAX_OPS_PER_CALL operations (default 256)"},
-            errors=(UNAUTHORIZED, ("403", "forbidden, timers_quota_exceeded or timer_horizon_exceeded"),
+            errors=(UNAUTHORIZED, ("403", "forbidden (also: a write-only token's batch holding a cancel), timers_quota_exceeded "
+                           "or timer_horizon_exceeded"),
                     ("400", "timers_bad_request"), ("413", "payload_too_large"),
                     ("429", "rate_limited (per node, per tenant)"),
                     ("503", "timers_disabled (an operator paused scheduling) or timers_unavailable")),
