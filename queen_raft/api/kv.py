@@ -26,6 +26,7 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response
 from queen_raft.api.serving import serving_of
 from queen_raft.api.timers import CATCH_ALL
+from queen_raft.state.values import kv_value_problem
 
 BAD_REQUEST = "bad_request"
 UNAVAILABLE = "unavailable"
@@ -62,7 +63,12 @@ def bad_request(message: str, index: int | None = None) -> ApiError:
 
 def check_wire_value(value: Any, where: str, index: int | None = None) -> None:
     """A stored value travels in msgpack: an integer past 2^53 is one no JSON client can mean
-    exactly, and past 2^64 it would fail the entry's encoding (a 500 after the checks)."""
+    exactly, and past 2^64 it would fail the entry's encoding (a 500 after the checks). It must also
+    round-trip through a snapshot and an answer: its depth and stored size are bounded
+    (state/limits.py), and the state refuses the same values."""
+    problem = kv_value_problem(value)
+    if problem is not None:
+        raise bad_request(f"{where}: {problem}", index)
     stack = [value]
     while stack:
         item = stack.pop()

@@ -18,6 +18,7 @@ from queen_raft.api import dlq, harness_hooks, kv, messages, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
+from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_KV_VALUE_DEPTH
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
@@ -61,6 +62,8 @@ TIMER_FIELDS = {
     "encrypted": BOOL, "producerSub": NULL_STR, "attempts": NON_NEG, "lastError": NULL_STR,
     "claimed": {"const": False}, "createdAt": INT, "updatedAt": INT,
 }
+KV_VALUE = {"description": f"any JSON value nested at most {MAX_KV_VALUE_DEPTH} levels and at most "
+                          f"{MAX_KV_VALUE_BYTES} bytes stored (msgpack); beyond either, 400 bad_request"}
 KV_ROW = obj({"ns": STR, "key": STR, "found": BOOL, "value": ANY, "version": NULL_INT, "expiresAt": NULL_INT},
              ("ns", "key", "found", "value", "version", "expiresAt"))
 PUSH_VERDICT = obj({
@@ -128,7 +131,7 @@ SCHEMAS: dict[str, dict] = {
     }),
     "AckVerdict": ACK_VERDICT,
     "KvOp": obj({
-        "op": {"enum": list(kv.KV_OPS)}, "ns": NON_EMPTY, "key": NON_EMPTY, "value": ANY,
+        "op": {"enum": list(kv.KV_OPS)}, "ns": NON_EMPTY, "key": NON_EMPTY, "value": KV_VALUE,
         "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": kv.MAX_KV_TTL_S}, "forever": BOOL,
         "by": INT, "expectedVersion": NULL_INT,
     }, ("op", "ns", "key")),
@@ -325,7 +328,7 @@ def _paths() -> dict:
             "get": operation("Read one key (linearizable); found: false when absent", ref("KvRow"),
                              params=[ns, kv_key]),
             "put": operation("Write one key", ref("KvRow"), params=[ns, kv_key],
-                             body=obj({"value": ANY, "ttlSeconds": {"type": "integer", "minimum": 1,
+                             body=obj({"value": KV_VALUE, "ttlSeconds": {"type": "integer", "minimum": 1,
                                                                      "maximum": kv.MAX_KV_TTL_S},
                                        "forever": BOOL}, ("value",))),
             "delete": operation("Delete one key; found says whether a live key was deleted", ref("KvRow"),

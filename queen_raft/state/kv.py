@@ -25,8 +25,10 @@ from sortedcontainers import SortedList
 
 from .limits import KV_INT_MAX, KV_INT_MIN, MS_PER_SECOND, QUEUE_INT_OPTION_MAX
 from .refusal import is_int, require
+from .values import kv_value_problem
 
 KV_OPS = frozenset({"get", "put", "putIfAbsent", "delete", "incr", "check"})
+VALUE_OPS = frozenset({"put", "putIfAbsent"})
 
 # Entry layout: [value, version, expiresAt | None].
 _ABSENT = None
@@ -45,6 +47,11 @@ def validate_kv_op(op: object, index: int) -> None:
     expected = op.get("expectedVersion")
     require(expected is None or is_int(expected), "bad_request",
             "expectedVersion must be an integer", index)
+    if op["op"] in VALUE_OPS:
+        # Refused here too, not only by the API: a value that cannot be snapshotted would make
+        # every later snapshot of every replica fail, even one from an entry proposed long ago.
+        problem = kv_value_problem(op.get("value"))
+        require(problem is None, "bad_request", problem or "", index)
 
 
 class KvStore:

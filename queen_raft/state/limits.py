@@ -117,6 +117,20 @@ QUEUE_INT_OPTION_MAX = 2**40
 # Lease extension bound (seconds): same reason as QUEUE_INT_OPTION_MAX.
 MAX_LEASE_EXTEND_SECONDS = 2**40
 
+# --- stored values and names ----------------------------------------------------------------------
+
+# A KV value nests at most this deep (a scalar is 0, [] is 1, [[]] is 2). A stored value has to
+# round-trip through a log entry and a snapshot (msgpack refuses more than 1024 levels, and a
+# snapshot holds a value a few levels down) and through every answer that reads it (orjson writes
+# at most 255 levels; deeper ones fall back to the stdlib encoder, which runs out of recursion near
+# 1000). 100 is deeper than real documents go (MongoDB's BSON stops at 100 too) and far from both.
+# Pushed JSON payloads have the same bound, and a payload nested deeper is answered as payloadB64.
+MAX_KV_VALUE_DEPTH = 100
+# A KV value's msgpack encoding (its stored form) is at most this many bytes: every value lives in
+# memory on every replica and in every snapshot, and travels whole in each answer that reads it.
+# The same ceiling as a timer's payload and a queue's default maxPayloadBytes.
+MAX_KV_VALUE_BYTES = 1024 * 1024
+
 # --- integer ranges ---------------------------------------------------------------------------------
 
 # Every instant and integer the state keeps must pack into msgpack's 64-bit integers, or one
