@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 from queen_raft.api.wire_json import finite_float
+from queen_raft.state.limits import MAX_JSON_DEPTH
+from queen_raft.state.values import nesting_depth
 
 
 class PayloadDecodeError(ValueError):
@@ -37,8 +39,22 @@ _PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def json_value_to_bytes(value: Any) -> bytes:
-    """A pushed JSON value is stored as its compact UTF-8 JSON encoding."""
-    return _PAYLOAD_ENCODER.encode(value).encode("utf-8")
+    """A pushed JSON value is stored as its compact UTF-8 JSON encoding. Raises PayloadDecodeError
+    for one nested deeper than MAX_JSON_DEPTH: pop and fetch could not answer it as JSON."""
+    try:
+        data = _PAYLOAD_ENCODER.encode(value).encode("utf-8")
+    except RecursionError:
+        data = None
+    if data is None or _nests_too_deep(data, value):
+        raise PayloadDecodeError(f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def _nests_too_deep(data: bytes, value: Any) -> bool:
+    """Whether `value`, decoded from the JSON text `data`, nests past MAX_JSON_DEPTH. Fewer
+    brackets than the bound in the text (strings' included) settle it without a walk."""
+    return data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and \
+        nesting_depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH
 
 
 def _refuse_non_json_constant(name: str) -> Any:
@@ -52,8 +68,14 @@ _PAYLOAD_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant, pa
 
 
 def payload_fields(data: bytes) -> dict[str, Any]:
-    """`{"payload": value}` when the bytes are UTF-8 JSON, else `{"payloadB64": text}` (docs/spec.md section 3)."""
+    """`{"payload": value}` when the bytes are UTF-8 JSON nested at most MAX_JSON_DEPTH levels, else
+    `{"payloadB64": text}` (docs/spec.md section 3). Deeper JSON is answered as bytes too: the decoder
+    runs out of recursion on it, or no encoder could write it back inside the answer, and either
+    would fail every pop of its partition."""
     try:
-        return {"payload": _PAYLOAD_DECODER.decode(data.decode("utf-8"))}
-    except (UnicodeDecodeError, ValueError):
+        value = _PAYLOAD_DECODER.decode(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {"payloadB64": encode_base64(data)}
+    if _nests_too_deep(data, value):
+        return {"payloadB64": encode_base64(data)}
+    return {"payload": value}

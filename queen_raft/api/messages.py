@@ -105,7 +105,10 @@ def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozens
     if ("payload" in raw) == ("payloadB64" in raw):
         raise bad_request(f"{where}: give exactly one of payload (any JSON value) or payloadB64")
     if "payload" in raw:
-        payload = json_value_to_bytes(raw["payload"])
+        try:
+            payload = json_value_to_bytes(raw["payload"])
+        except PayloadDecodeError as exc:
+            raise bad_request(f"{where}: payload {exc}") from None
     else:
         try:
             payload = decode_base64(raw["payloadB64"])

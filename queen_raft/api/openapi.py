@@ -18,7 +18,7 @@ from queen_raft.api import dlq, harness_hooks, kv, messages, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
-from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_KV_VALUE_DEPTH
+from queen_raft.state.limits import MAX_JSON_DEPTH, MAX_KV_VALUE_BYTES
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
@@ -62,7 +62,7 @@ TIMER_FIELDS = {
     "encrypted": BOOL, "producerSub": NULL_STR, "attempts": NON_NEG, "lastError": NULL_STR,
     "claimed": {"const": False}, "createdAt": INT, "updatedAt": INT,
 }
-KV_VALUE = {"description": f"any JSON value nested at most {MAX_KV_VALUE_DEPTH} levels and at most "
+KV_VALUE = {"description": f"any JSON value nested at most {MAX_JSON_DEPTH} levels and at most "
                           f"{MAX_KV_VALUE_BYTES} bytes stored (msgpack); beyond either, 400 bad_request"}
 KV_ROW = obj({"ns": STR, "key": STR, "found": BOOL, "value": ANY, "version": NULL_INT, "expiresAt": NULL_INT},
              ("ns", "key", "found", "value", "version", "expiresAt"))
@@ -71,7 +71,11 @@ PUSH_VERDICT = obj({
     "status": {"enum": ["queued", "duplicate", "error"]}, "offset": NULL_INT, "error": STR,
 }, ("index", "messageId", "transactionId", "queue", "partition", "status", "offset"))
 ACK_VERDICT = obj({"index": NON_NEG, "success": BOOL, "error": STR, "message": STR, "dlq": BOOL}, ("index", "success"))
-MESSAGE_PAYLOAD = {"payload": ANY, "payloadB64": B64, "encrypted": BOOL, "decryptError": STR}
+MESSAGE_PAYLOAD = {
+    "payload": {"description": f"the payload's bytes as a JSON value, when they are UTF-8 JSON nested at most "
+                               f"{MAX_JSON_DEPTH} levels"},
+    "payloadB64": {**B64, "description": "the payload's bytes otherwise (not JSON, or JSON nested deeper)"},
+    "encrypted": BOOL, "decryptError": STR}
 
 SCHEMAS: dict[str, dict] = {
     "Error": obj({
@@ -113,7 +117,9 @@ SCHEMAS: dict[str, dict] = {
         "truncated": BOOL, "nextAfter": NULL_STR,
     }, ("rows", "truncated", "nextAfter")),
     "PushItem": obj({
-        "queue": NON_EMPTY, "partition": NON_EMPTY, "payload": {"description": "any JSON value"}, "payloadB64": B64,
+        "queue": NON_EMPTY, "partition": NON_EMPTY,
+        "payload": {"description": f"any JSON value nested at most {MAX_JSON_DEPTH} levels (deeper: 400)"},
+        "payloadB64": B64,
         "transactionId": NON_EMPTY, "traceId": NON_EMPTY,
     }, ("queue",)),
     "PushVerdict": PUSH_VERDICT,

@@ -119,13 +119,15 @@ MAX_LEASE_EXTEND_SECONDS = 2**40
 
 # --- stored values and names ----------------------------------------------------------------------
 
-# A KV value nests at most this deep (a scalar is 0, [] is 1, [[]] is 2). A stored value has to
+# A KV value or a pushed JSON payload nests at most this deep (a scalar is 0, [] is 1, [[]] is 2),
+# and a message payload is answered as JSON only up to it. A stored value has to
 # round-trip through a log entry and a snapshot (msgpack refuses more than 1024 levels, and a
 # snapshot holds a value a few levels down) and through every answer that reads it (orjson writes
 # at most 255 levels; deeper ones fall back to the stdlib encoder, which runs out of recursion near
 # 1000). 100 is deeper than real documents go (MongoDB's BSON stops at 100 too) and far from both.
-# Pushed JSON payloads have the same bound, and a payload nested deeper is answered as payloadB64.
-MAX_KV_VALUE_DEPTH = 100
+# A payload given as bytes (payloadB64, a timer's) that decodes to deeper JSON is answered as
+# payloadB64, like any payload that is not JSON.
+MAX_JSON_DEPTH = 100
 # A KV value's msgpack encoding (its stored form) is at most this many bytes: every value lives in
 # memory on every replica and in every snapshot, and travels whole in each answer that reads it.
 # The same ceiling as a timer's payload and a queue's default maxPayloadBytes.

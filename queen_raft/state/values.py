@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgpack
 
-from .limits import MAX_KV_VALUE_BYTES, MAX_KV_VALUE_DEPTH
+from .limits import MAX_KV_VALUE_BYTES, MAX_JSON_DEPTH
 
 
 def nesting_depth(value: object, limit: int | None = None) -> int:
@@ -33,8 +33,8 @@ def nesting_depth(value: object, limit: int | None = None) -> int:
 
 def kv_value_problem(value: object) -> str | None:
     """Why `value` cannot be stored as a KV value, or None when it can."""
-    if nesting_depth(value, MAX_KV_VALUE_DEPTH) > MAX_KV_VALUE_DEPTH:
-        return f"the value nests deeper than {MAX_KV_VALUE_DEPTH} levels"
+    if nesting_depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return f"the value nests deeper than {MAX_JSON_DEPTH} levels"
     try:
         size = len(msgpack.packb(value, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):  # UnicodeEncodeError (a lone surrogate) is a ValueError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_KV_VALUE_DEPTH
+from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_JSON_DEPTH
 from test_api_fake_group import ApiHarness
 
 
@@ -21,7 +21,7 @@ def nested_text(depth: int) -> bytes:
     return b'{"value": ' + b"[" * depth + b"1" + b"]" * depth + b"}"
 
 
-TOO_DEEP = nested(MAX_KV_VALUE_DEPTH + 1)
+TOO_DEEP = nested(MAX_JSON_DEPTH + 1)
 TOO_BIG = "x" * (MAX_KV_VALUE_BYTES + 1)
 
 
@@ -54,7 +54,7 @@ async def test_a_value_1021_levels_deep_is_400_and_reads_keep_working():
 
 async def test_a_value_at_the_depth_bound_is_stored_and_read_back():
     async with ApiHarness() as api:
-        value = nested(MAX_KV_VALUE_DEPTH)
+        value = nested(MAX_JSON_DEPTH)
         status, _, body = await api.call("PUT", "/api/v1/kv/ns/k", json={"value": value})
         assert status == 200 and body["value"] == value
         status, _, body = await api.call("GET", "/api/v1/kv/ns/k")

@@ -1,5 +1,5 @@
 """Values the state refuses because they could not round-trip through an entry, a snapshot and an
-answer: a KV value nested past MAX_KV_VALUE_DEPTH or larger than MAX_KV_VALUE_BYTES. The refusal is
+answer: a KV value nested past MAX_JSON_DEPTH or larger than MAX_KV_VALUE_BYTES. The refusal is
 the state's own (deterministic, every replica alike), so an entry already in a journal from before
 the API checked them cannot make a replica's snapshot fail."""
 
@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from queen_raft.state import TenantState
-from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_KV_VALUE_DEPTH
+from queen_raft.state.limits import MAX_KV_VALUE_BYTES, MAX_JSON_DEPTH
 from queen_raft.state.values import kv_value_problem, nesting_depth
 
 NOW = 1_000
@@ -34,8 +34,8 @@ def test_nesting_depth_counts_container_levels_without_recursion():
 
 @pytest.mark.parametrize("kind", ["list", "map"])
 def test_the_depth_bound_is_inclusive(kind):
-    assert kv_value_problem(nested(MAX_KV_VALUE_DEPTH, kind)) is None
-    assert "nests" in kv_value_problem(nested(MAX_KV_VALUE_DEPTH + 1, kind))
+    assert kv_value_problem(nested(MAX_JSON_DEPTH, kind)) is None
+    assert "nests" in kv_value_problem(nested(MAX_JSON_DEPTH + 1, kind))
 
 
 def test_the_size_bound_counts_the_stored_msgpack_bytes():
@@ -48,7 +48,7 @@ def test_the_size_bound_counts_the_stored_msgpack_bytes():
     lambda value: {"op": "kv", "ops": [put(value)]},
     lambda value: {"op": "transaction", "kv": [put(value)]},
 ], ids=["kv", "transaction"])
-@pytest.mark.parametrize("value", [nested(MAX_KV_VALUE_DEPTH + 1), nested(1021), "x" * (MAX_KV_VALUE_BYTES + 1)],
+@pytest.mark.parametrize("value", [nested(MAX_JSON_DEPTH + 1), nested(1021), "x" * (MAX_KV_VALUE_BYTES + 1)],
                          ids=["depth bound + 1", "1021 levels", "over the size bound"])
 def test_apply_refuses_an_unstorable_value_and_every_snapshot_still_works(command_of, value):
     state = TenantState()
@@ -64,7 +64,7 @@ def test_apply_refuses_an_unstorable_value_and_every_snapshot_still_works(comman
 
 def test_a_value_at_the_bounds_is_stored_snapshotted_and_restored():
     state = TenantState()
-    value = nested(MAX_KV_VALUE_DEPTH, "map")
+    value = nested(MAX_JSON_DEPTH, "map")
     answer = state.apply({"op": "kv", "now": NOW, "ops": [put(value)]})
     assert answer["results"][0]["version"] == 1
     assert TenantState.restore(state.snapshot()).kv_get("ns", "k")["value"] == value
