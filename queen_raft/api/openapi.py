@@ -171,7 +171,7 @@ SCHEMAS["TransactionOperation"]["oneOf"][0] = obj(
 
 UNAUTHORIZED = ("401", "missing or unknown bearer token")
 FORBIDDEN = ("403", "the token's level does not allow this route")
-BAD = ("400", "the request is malformed; nothing was proposed")
+BAD = ("400", "the request is malformed (not JSON, a lone surrogate in a string, a bad field); nothing was proposed")
 TOO_BIG = ("413", "the body is over the HTTP ceiling, or the call over the Raft entry bound")
 UNAVAILABLE_503 = ("503", "no leader, or the entry not committed in time: the outcome may be unknown; retry "
                           "after Retry-After (writes are idempotent)")

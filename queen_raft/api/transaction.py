@@ -146,10 +146,21 @@ def encrypt_items(serving: ServingNode, tenant: str, operations: list[dict], tim
     return operations, timer_ops
 
 
+async def _transaction_body(request: web.Request) -> Any:
+    """The body, its refusals (not JSON, a lone surrogate, over the ceiling) in the transaction's
+    shape: a client keys on `reason` whenever `success` is false."""
+    try:
+        return await json_body(request, BAD_REQUEST)
+    except ApiError as error:
+        if error.status == 413:
+            raise refused(413, TOO_LARGE, error.message) from None
+        raise refused(error.status, error.code, error.message) from None
+
+
 async def post_transaction(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)  # 401 before the body is read
-    operations, kv_ops, timer_ops = parse_transaction(await json_body(request, BAD_REQUEST))
+    operations, kv_ops, timer_ops = parse_transaction(await _transaction_body(request))
     require(serving.config, request, needed_access(operations, kv_ops, timer_ops))
     return await _commit(serving, principal, operations, kv_ops, timer_ops)
 

@@ -6,8 +6,9 @@ same set of documents. Every body or answer orjson would treat differently takes
 so what a client sends and receives means what it did before:
 
 - reading: orjson refuses what the stdlib reads (lone surrogates, a BOM, UTF-16/32 bodies, 1e400,
-  nesting past 1024, NaN): its error sends the body to the stdlib, which answers or refuses it as
-  it always did. The one document both read differently is an integer past 64 bits, which orjson
+  nesting past 1024, NaN): its error sends the body to the stdlib, which answers or refuses it.
+  Both refuse a string holding a lone surrogate (U+D800..U+DFFF unpaired, escaped or raw): it is
+  not Unicode text, and no entry (msgpack needs UTF-8) or answer could carry it. The one document both read differently is an integer past 64 bits, which orjson
   silently turns into a float: a body holding a run of INT64_MAX_DIGITS digits goes to the stdlib
   unread by orjson.
 - writing: orjson refuses integers past 64 bits, lone surrogates and non-string keys (the stdlib
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import orjson
@@ -60,11 +62,43 @@ _STDLIB_DECODER = json.JSONDecoder(parse_constant=_refuse_non_json_constant, par
 _STDLIB_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+class LoneSurrogateError(ValueError):
+    """A string of the document holds an unpaired surrogate."""
+
+
 def stdlib_loads(raw: bytes) -> Any:
-    """The reference reading: json.loads of bytes, NaN, Infinity and numbers that overflow to
-    infinity refused. Raises ValueError
-    (UnicodeDecodeError, JSONDecodeError) or RecursionError."""
-    return _STDLIB_DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    """The reference reading: json.loads of bytes, NaN, Infinity, numbers that overflow to
+    infinity and lone surrogates refused. Raises ValueError
+    (UnicodeDecodeError, JSONDecodeError, LoneSurrogateError) or RecursionError."""
+    text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    value = _STDLIB_DECODER.decode(text)
+    if _MAY_HOLD_SURROGATE.search(text) is not None and holds_lone_surrogate(value):
+        raise LoneSurrogateError("a string holds a lone surrogate (an unpaired \\ud800..\\udfff): not Unicode text")
+    return value
+
+
+# What a lone surrogate in the decoded value comes from: an escape \udXXX (X from 8 up) or a raw
+# surrogate the "surrogatepass" decoding let through. A paired escape matches too; the walk tells.
+_MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+def holds_lone_surrogate(value: Any) -> bool:
+    """Whether any string of a decoded JSON value (a key or a value) is not encodable as UTF-8.
+    Walked with a stack: the value may nest as deep as the decoder allowed."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif type(item) is list:
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+    return False
 
 
 def loads(raw: bytes) -> Any:
