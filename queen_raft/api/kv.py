@@ -26,6 +26,7 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response
 from queen_raft.api.serving import serving_of
 from queen_raft.api.timers import CATCH_ALL
+from queen_raft.state.limits import MAX_NAME_BYTES
 from queen_raft.state.values import kv_value_problem
 
 BAD_REQUEST = "bad_request"
@@ -43,9 +44,6 @@ MAX_KV_OPS = 1000
 MAX_KV_TTL_S = 100 * 365 * 24 * 3600
 # incr's step is bounded like any wire integer: a JSON client cannot send more exactly.
 MAX_KV_INCR_STEP = JSON_SAFE_INT
-# ns and key are identities, not payloads: long enough for any real name, short enough that an
-# index of them stays small.
-MAX_NAME_BYTES = 1024
 
 OP_FIELDS: dict[str, frozenset[str]] = {
     "get": frozenset({"op", "ns", "key"}),

@@ -18,7 +18,7 @@ from queen_raft.api import dlq, harness_hooks, kv, messages, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
-from queen_raft.state.limits import MAX_JSON_DEPTH, MAX_KV_VALUE_BYTES
+from queen_raft.state.limits import MAX_JSON_DEPTH, MAX_KV_VALUE_BYTES, MAX_NAME_BYTES
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1"
@@ -32,6 +32,10 @@ BOOL = {"type": "boolean"}
 NULL_STR = {"type": ["string", "null"]}
 NULL_INT = {"type": ["integer", "null"]}
 B64 = {"type": "string", "contentEncoding": "base64"}
+# A timer's identities and KV's ns and key: at most MAX_NAME_BYTES of UTF-8 (maxLength counts
+# characters, so it is the bound for ASCII names; the description states the byte bound).
+NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES,
+        "description": f"a name: at most {MAX_NAME_BYTES} bytes of UTF-8 (beyond: 400)"}
 ANY: dict = {}
 
 
@@ -96,10 +100,11 @@ SCHEMAS: dict[str, dict] = {
         "success": {"const": False, "description": "transaction refusals only"},
     }, ("error", "message", "reason")),
     "TimerSchedule": obj({
-        "op": {"enum": ["schedule", "reschedule"]}, "queue": NON_EMPTY, "timerKey": NON_EMPTY, "delayMs": INT,
-        "txn": NON_EMPTY, "payload": B64, "partition": NON_EMPTY, "payloadZstd": BOOL, "encrypted": BOOL,
+        "op": {"enum": ["schedule", "reschedule"]}, "queue": NAME, "timerKey": NAME, "delayMs": INT,
+        "txn": NAME, "payload": B64, "partition": NAME, "payloadZstd": BOOL, "encrypted": BOOL,
     }, ("op", "queue", "timerKey", "delayMs", "txn", "payload")),
-    "TimerCancel": obj({"op": {"const": "cancel"}, "queue": NON_EMPTY, "timerKey": NON_EMPTY, "txn": NULL_STR},
+    "TimerCancel": obj({"op": {"const": "cancel"}, "queue": NAME, "timerKey": NAME,
+                        "txn": {**NAME, "type": ["string", "null"], "minLength": 0}},
                        ("op", "queue", "timerKey")),
     "TimerOp": {"oneOf": [ref("TimerSchedule"), ref("TimerCancel")]},
     "TimerResult": obj({
@@ -137,7 +142,7 @@ SCHEMAS: dict[str, dict] = {
     }),
     "AckVerdict": ACK_VERDICT,
     "KvOp": obj({
-        "op": {"enum": list(kv.KV_OPS)}, "ns": NON_EMPTY, "key": NON_EMPTY, "value": KV_VALUE,
+        "op": {"enum": list(kv.KV_OPS)}, "ns": NAME, "key": NAME, "value": KV_VALUE,
         "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": kv.MAX_KV_TTL_S}, "forever": BOOL,
         "by": INT, "expectedVersion": NULL_INT,
     }, ("op", "ns", "key")),

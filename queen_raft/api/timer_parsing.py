@@ -12,6 +12,7 @@ from queen_raft.api.codec import PayloadDecodeError, decode_base64
 from queen_raft.api.errors import ApiError
 from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import JSON_SAFE_INT, is_int
+from queen_raft.state.limits import MAX_NAME_BYTES
 
 BAD_REQUEST = "timers_bad_request"
 DEFAULT_PARTITION = "Default"
@@ -37,15 +38,28 @@ CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
 CANCEL_OPTIONAL = frozenset({"txn"})
 
 
+# A name of at most this many characters is within MAX_NAME_BYTES whatever they are (UTF-8 takes
+# at most 4 bytes a character): the fast path tests lengths only, the checked path encodes.
+NAME_CHARS_ALWAYS_WITHIN = MAX_NAME_BYTES // 4
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, BAD_REQUEST, message)
+
+
+def check_name_length(value: str, name: str, where: str) -> str:
+    """`value`, or a 400 when it is over MAX_NAME_BYTES (state/limits.py): a timer's queue,
+    timerKey, partition and txn are identities, bounded like KV's ns and key."""
+    if len(value) > NAME_CHARS_ALWAYS_WITHIN and len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise bad_request(f"{where}: {name} is over {MAX_NAME_BYTES} bytes (UTF-8)")
+    return value
 
 
 def _non_empty_string(op: dict, name: str, where: str) -> str:
     value = op.get(name)
     if not isinstance(value, str) or value == "":
         raise bad_request(f"{where}: {name} must be a non-empty string")
-    return value
+    return check_name_length(value, name, where)
 
 
 def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
@@ -102,7 +116,9 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
         if not (op in SCHEDULE_OPS and type(queue) is str and queue and type(timer_key) is str and timer_key
                 and type(txn) is str and txn and type(delay) is int and -JSON_SAFE_INT <= delay <= JSON_SAFE_INT
                 and type(partition) is str and partition and type(payload_zstd) is bool and type(encrypted) is bool
-                and type(payload_text) is str):
+                and type(payload_text) is str and len(queue) <= NAME_CHARS_ALWAYS_WITHIN
+                and len(timer_key) <= NAME_CHARS_ALWAYS_WITHIN and len(txn) <= NAME_CHARS_ALWAYS_WITHIN
+                and len(partition) <= NAME_CHARS_ALWAYS_WITHIN):
             return None
         try:
             payload = binascii.a2b_base64(payload_text, strict_mode=True)  # codec.decode_base64 of a str, inlined
@@ -128,6 +144,8 @@ def _parse_timer_op_checked(raw: Any, where: str) -> dict:
         txn = raw.get("txn")
         if txn is not None and not isinstance(txn, str):
             raise bad_request(f"{where}: txn must be a string")
+        if txn is not None:
+            check_name_length(txn, "txn", where)
         return {"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}
     delay = raw["delayMs"]
     if not is_int(delay):
@@ -140,6 +158,7 @@ def _parse_timer_op_checked(raw: Any, where: str) -> dict:
     partition = raw.get("partition", DEFAULT_PARTITION)
     if not isinstance(partition, str) or partition == "":
         raise bad_request(f"{where}: partition must be a non-empty string")
+    check_name_length(partition, "partition", where)
     payload_zstd = raw.get("payloadZstd", False)
     if not isinstance(payload_zstd, bool):
         raise bad_request(f"{where}: payloadZstd must be true or false")

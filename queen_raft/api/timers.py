@@ -19,8 +19,8 @@ from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import json_body, json_response, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import (
-    BAD_REQUEST, ROW_DELAY_MS, ROW_PAYLOAD, SCHEDULE_ROWS, PlainSchedules, bad_request, checked_timer_ops, operations_of,
-    plain_schedules,
+    BAD_REQUEST, ROW_DELAY_MS, ROW_PAYLOAD, SCHEDULE_ROWS, PlainSchedules, bad_request, check_name_length,
+    checked_timer_ops, operations_of, plain_schedules,
 )
 from queen_raft.config import Settings
 
@@ -218,7 +218,7 @@ def _path_identity(request: web.Request) -> tuple[str, str]:
     timer_key = request.match_info.get("timerKey", "")
     if timer_key == "":
         raise bad_request("the path needs a timerKey after the queue")
-    return queue, timer_key
+    return check_name_length(queue, "queue", "the path"), check_name_length(timer_key, "timerKey", "the path")
 
 
 async def delete_timer(request: web.Request) -> web.Response:
@@ -227,6 +227,8 @@ async def delete_timer(request: web.Request) -> web.Response:
     principal = require(serving.config, request, Access.CONSUME)
     queue, timer_key = _path_identity(request)
     txn = request.query.get("txn")
+    if txn is not None:
+        check_name_length(txn, "txn", "the query")
     command = {
         "op": "timers", "producerSub": principal.sub, "maxPending": None,
         "ops": [{"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}],

@@ -133,6 +133,12 @@ MAX_JSON_DEPTH = 100
 # The same ceiling as a timer's payload and a queue's default maxPayloadBytes.
 MAX_KV_VALUE_BYTES = 1024 * 1024
 
+# Names (a queue, partition, timerKey, txn, KV ns or key) are at most this many UTF-8 bytes:
+# identities, not payloads; long enough for any real name, short enough that the indexes of them
+# (the timer table, the due index, a dedup window) stay small and an answer listing 1000 of them
+# stays a few MiB.
+MAX_NAME_BYTES = 1024
+
 # --- integer ranges ---------------------------------------------------------------------------------
 
 # Every instant and integer the state keeps must pack into msgpack's 64-bit integers, or one
