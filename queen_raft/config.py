@@ -27,6 +27,17 @@ MIB = 1024 * 1024
 # pysyncobj requires connectionTimeout >= raftMaxTimeout; queen_raft.raft uses a 3.5 s connection timeout.
 ELECTION_MAX_CEILING_S = 3.5
 HTTP_MAX_BODY_CEILING = 6 * MIB  # see http_max_body_bytes below
+# The default pending-timer quota of every tenant, sized to memory: the heap one pending timer
+# takes on every node (its row, its place in the due index and the table; the benches measure
+# 459-463 B, so 500 leaves headroom) into the memory a tenant's pending timers may take on each
+# node. Without a quota a producer can schedule until the nodes run out of memory. The million-
+# timer benches fit; a node serving many tenants, or a bigger machine, sets timers_max_pending
+# (for all tenants) or a tenant's own `timers_max_pending` in [[tenants]].
+TIMER_MEMORY_BYTES = 500
+TIMERS_MEMORY_BUDGET_BYTES = 1024 * MIB
+DEFAULT_TIMERS_MAX_PENDING = TIMERS_MEMORY_BUDGET_BYTES // TIMER_MEMORY_BYTES
+# A tenant's `timers_max_pending = "unlimited"`: no quota for that tenant.
+UNLIMITED = "unlimited"
 
 # The single-node dev config, used when no --config is given (a fresh clone, `queen-raft node`).
 EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "cluster_configs" / "single.toml"
@@ -136,7 +147,9 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 2000, _parse_int, _int_at_least(1)),
     # The timer routes
     _SettingSpec("timers_max_ops_per_call", "QUEEN_TIMERS_MAX_OPS_PER_CALL", 256, _parse_int, _int_at_least(1)),
-    _SettingSpec("timers_max_pending", "QUEEN_TIMERS_MAX_PENDING", None, _parse_optional_int, _optional_int_at_least(0)),
+    # None ("none", "unlimited" in the environment) disables the quota.
+    _SettingSpec("timers_max_pending", "QUEEN_TIMERS_MAX_PENDING", DEFAULT_TIMERS_MAX_PENDING, _parse_optional_int,
+                 _optional_int_at_least(0)),
     _SettingSpec("timers_max_horizon_s", "QUEEN_TIMERS_MAX_HORIZON_S", 7_776_000, _parse_int, _int_at_least(0)),
     _SettingSpec("timers_max_payload_bytes", "QUEEN_TIMERS_MAX_PAYLOAD_BYTES", MIB, _parse_int, _int_at_least(0)),
     # Calls per second per tenant on each node (token bucket); 0 disables the limit.
@@ -175,7 +188,7 @@ class Settings:
     max_in_flight: int = 2048
     log_compaction_min_entries: int = 2000
     timers_max_ops_per_call: int = 256
-    timers_max_pending: int | None = None
+    timers_max_pending: int | None = DEFAULT_TIMERS_MAX_PENDING
     timers_max_horizon_s: int = 7_776_000
     timers_max_payload_bytes: int = MIB
     timers_rate: float = 1000.0
@@ -257,6 +270,8 @@ class TenantConfig:
     name: str
     index: int  # place in the config: decides the Raft port offset
     tokens: tuple[TokenConfig, ...]
+    # This tenant's pending-timer quota: an int, UNLIMITED, or None for the cluster's setting.
+    timers_max_pending: int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +295,13 @@ class ClusterConfig:
             if tenant.name == name:
                 return tenant
         raise KeyError(name)
+
+    def timers_max_pending(self, tenant: str) -> int | None:
+        """The tenant's pending-timer quota (None: no quota): its own key, else the setting."""
+        own = self.tenant(tenant).timers_max_pending
+        if own is None:
+            return self.settings.timers_max_pending
+        return None if own == UNLIMITED else own
 
     def group_data_dir(self, node_id: str, tenant: str) -> Path:
         return self.data_dir / node_id / tenant
@@ -431,6 +453,17 @@ def _parse_token(raw: Any, tenant: str, index: int, source: str) -> TokenConfig:
     return TokenConfig(sha256=digest, level=level, tenant=tenant, sub=sub, plaintext=plaintext)
 
 
+def _tenant_quota(table: dict, tenant: str, source: str) -> int | str | None:
+    """A tenant's own `timers_max_pending`: an integer >= 0, or "unlimited"; None when absent."""
+    value = table.get("timers_max_pending")
+    if value is None or value == UNLIMITED:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{source}: tenant {tenant!r} timers_max_pending must be an integer >= 0 or "
+                          f"{UNLIMITED!r}, got {value!r}")
+    return value
+
+
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str = "<config>") -> ClusterConfig:
     """Checks a decoded TOML document and applies the QUEEN_* overrides found in `env`."""
     env = os.environ if env is None else env
@@ -480,7 +513,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     for i, raw_tenant in enumerate(raw_tenants):
         where = f"tenant #{i + 1}"
         table = _expect_table(raw_tenant, where, source)
-        _expect_keys(table, where, source, {"name", "tokens"}, set())
+        _expect_keys(table, where, source, {"name", "tokens"}, {"timers_max_pending"})
         name = table["name"]
         if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
             raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
@@ -492,7 +525,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
             if token.sha256 in tokens_by_sha256:
                 raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
             tokens_by_sha256[token.sha256] = token
-        tenants.append(TenantConfig(name=name, index=i, tokens=tokens))
+        tenants.append(TenantConfig(name=name, index=i, tokens=tokens,
+                                    timers_max_pending=_tenant_quota(table, name, source)))
     names = [t.name for t in tenants]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: tenant names must be unique, got {', '.join(names)}")

@@ -189,7 +189,7 @@ async def _propose_timers(serving: ServingNode, principal: Principal, command_op
     """The `timers` entry of the call, and its results; the state's refusal as its answer."""
     settings = serving.settings
     command = {
-        "op": "timers", "producerSub": principal.sub, "maxPending": settings.timers_max_pending,
+        "op": "timers", "producerSub": principal.sub, "maxPending": serving.config.timers_max_pending(principal.tenant),
         "policy": settings.fire_policy(), "ops": command_ops,
     }
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)

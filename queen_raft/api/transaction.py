@@ -177,7 +177,7 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
     operations, timer_ops = encrypt_items(serving, tenant, operations, timer_ops)
     timer_ops = timers.with_message_ids(timer_ops)
     command = {
-        "op": "transaction", "producerSub": principal.sub, "maxPending": serving.settings.timers_max_pending,
+        "op": "transaction", "producerSub": principal.sub, "maxPending": serving.config.timers_max_pending(tenant),
         "policy": serving.settings.fire_policy(), "operations": operations, "kv": kv_ops, "timers": timer_ops,
     }
     try:
