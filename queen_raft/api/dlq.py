@@ -16,6 +16,7 @@ from queen_raft.api.ids import new_message_id
 from queen_raft.api.requests import json_response, query_int
 from queen_raft.api.serving import serving_of
 from queen_raft.state.dlq_pages import dlq_seq_of
+from queen_raft.state.limits import MAX_ANSWER_BYTES
 
 BAD_REQUEST = "bad_request"
 UNAVAILABLE = "unavailable"
@@ -57,7 +58,8 @@ async def get_dlq(request: web.Request) -> web.Response:
     queue = request.query.get("queue") or None
     limit = min(DLQ_MAX_LIMIT, max(1, query_int(request, "limit", DLQ_DEFAULT_LIMIT, BAD_REQUEST)))
     after_seq = query_after(request)
-    page = await read(serving, principal.tenant, lambda state: state.dlq_page(queue, after_seq, limit), UNAVAILABLE)
+    page = await read(serving, principal.tenant,
+                      lambda state: state.dlq_page(queue, after_seq, limit, MAX_ANSWER_BYTES), UNAVAILABLE)
     return json_response({"rows": [wire_row(row) for row in page["rows"]], "truncated": page["truncated"],
                           "nextAfter": page["nextAfter"]})
 

@@ -26,12 +26,13 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response
 from queen_raft.api.serving import serving_of
 from queen_raft.api.timers import CATCH_ALL
-from queen_raft.state.limits import MAX_NAME_BYTES
+from queen_raft.state.limits import MAX_ANSWER_BYTES, MAX_NAME_BYTES
 from queen_raft.state.values import kv_value_problem
 
 BAD_REQUEST = "bad_request"
 UNAVAILABLE = "unavailable"
 KV_PRECONDITION = "kv_precondition"
+ANSWER_TOO_LARGE = "answer_too_large"
 
 KV_OPS = ("get", "put", "putIfAbsent", "delete", "incr", "check")
 READ_OPS = frozenset({"get", "check"})
@@ -152,7 +153,7 @@ def parse_kv_batch(body: Any) -> list[dict]:
 def refusal_of(result: dict) -> ApiError:
     """The state's refusal of a kv entry as the wire's error, with the index it blames."""
     code = result["error"]
-    status = 409 if code == KV_PRECONDITION else 400 if code == BAD_REQUEST else 500
+    status = {KV_PRECONDITION: 409, BAD_REQUEST: 400, ANSWER_TOO_LARGE: 413}.get(code, 500)
     return ApiError(status, code, result.get("message") or "the kv batch was refused",
                     fields={"index": result.get("index")})
 
@@ -161,7 +162,8 @@ async def _run(request: web.Request, ops: list[dict]) -> list[dict]:
     serving = serving_of(request)
     access = Access.READ if all(op["op"] in READ_OPS for op in ops) else Access.STORE
     principal = require(serving.config, request, access)
-    result = await propose(serving, principal.tenant, {"op": "kv", "ops": ops}, UNAVAILABLE)
+    command = {"op": "kv", "ops": ops, "maxAnswerBytes": MAX_ANSWER_BYTES}
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
         raise refusal_of(result)
     return result["results"]

@@ -15,8 +15,10 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
+from queen_raft.state.limits import MAX_ANSWER_BYTES
 
 BAD_REQUEST = "bad_request"
+ANSWER_TOO_LARGE = "answer_too_large"
 UNAVAILABLE = "unavailable"
 DEFAULT_PARTITION = "Default"
 
@@ -176,7 +178,7 @@ async def get_pop(request: web.Request) -> web.Response:
     timeout_ms = min(MAX_POP_TIMEOUT_MS, max(0, query_int(request, "timeout", DEFAULT_POP_TIMEOUT_MS, BAD_REQUEST)))
     auto_ack = query_bool(request, "autoAck", False, BAD_REQUEST)
     command_args = {"op": "pop", "queue": queue, "partition": partition, "consumerGroup": group_name,
-                    "batch": batch, "autoAck": auto_ack}
+                    "batch": batch, "autoAck": auto_ack, "maxBytes": MAX_ANSWER_BYTES}
 
     def deliverable(state: Any) -> bool:
         return bool(state.deliverable(queue, partition, group_name))
@@ -344,10 +346,21 @@ async def post_fetch(request: web.Request) -> web.Response:
     principal = require(serving.config, request, Access.READ)
     entries = parse_fetch(await json_body(request, BAD_REQUEST))
 
-    def fetch_all(state: Any) -> list[list[dict]]:
-        return [list(state.fetch(e["queue"], e["partition"], e["offset"], e["limit"])) for e in entries]
+    def fetch_all(state: Any) -> list[list[dict]] | None:
+        """The records of every entry, or None once their payloads pass MAX_ANSWER_BYTES."""
+        found, total = [], 0
+        for e in entries:
+            records = list(state.fetch(e["queue"], e["partition"], e["offset"], e["limit"]))
+            total += sum(len(r["payload"]) for r in records)
+            if total > MAX_ANSWER_BYTES and (len(found) > 0 or len(records) > 1):
+                return None
+            found.append(records)
+        return found
 
     found = await read(serving, principal.tenant, fetch_all, UNAVAILABLE)
+    if found is None:
+        raise ApiError(413, ANSWER_TOO_LARGE, f"the answer would carry over {MAX_ANSWER_BYTES} bytes of payloads "
+                                              f"(MAX_ANSWER_BYTES); fetch fewer records (limit) or entries per call")
     return json_response({"entries": [{"records": [wire_message(r, serving.cipher) for r in records]} for records in found]})
 
 

@@ -177,7 +177,9 @@ SCHEMAS["TransactionOperation"]["oneOf"][0] = obj(
 UNAUTHORIZED = ("401", "missing or unknown bearer token")
 FORBIDDEN = ("403", "the token's level does not allow this route")
 BAD = ("400", "the request is malformed (not JSON, a lone surrogate in a string, a bad field); nothing was proposed")
-TOO_BIG = ("413", "the body is over the HTTP ceiling, or the call over the Raft entry bound")
+TOO_BIG = ("413", "payload_too_large: the body is over the HTTP ceiling, or the call over the Raft entry bound; "
+                  "answer_too_large: the answer would carry over MAX_ANSWER_BYTES (16 MiB) of payloads or values "
+                  "(KV batch, fetch)")
 UNAVAILABLE_503 = ("503", "no leader, or the entry not committed in time: the outcome may be unknown; retry "
                           "after Retry-After (writes are idempotent)")
 STANDARD_ERRORS = (UNAUTHORIZED, FORBIDDEN, BAD, TOO_BIG, UNAVAILABLE_503)
@@ -251,7 +253,9 @@ def _paths() -> dict:
     ]}
     pop_params = [
         query_param("consumerGroup", NON_EMPTY, "none: the queue-mode group"),
-        query_param("batch", {"type": "integer", "minimum": 1, "maximum": messages.MAX_POP_BATCH}),
+        query_param("batch", {"type": "integer", "minimum": 1, "maximum": messages.MAX_POP_BATCH},
+                    "at most this many; fewer when their payloads would pass MAX_ANSWER_BYTES (16 MiB), "
+                    "and always one"),
         query_param("wait", BOOL, "long poll until a message or the timeout"),
         query_param("timeout", {"type": "integer", "minimum": 0, "maximum": messages.MAX_POP_TIMEOUT_MS}, "ms"),
         query_param("autoAck", BOOL),
@@ -329,7 +333,8 @@ def _paths() -> dict:
                 "timers": array(ref("TimerOp")),
             }),
             errors=(UNAUTHORIZED, FORBIDDEN, ("400", "bad_request (with success: false, reason, index)"),
-                    ("413", "too_large: over the Raft entry bound or the HTTP ceiling"),
+                    ("413", "too_large: over the Raft entry bound or the HTTP ceiling; answer_too_large: its kv results "
+                            "would carry over MAX_ANSWER_BYTES (16 MiB) of values"),
                     ("503", "timers_disabled (schedules while paused) or unavailable")))},
         "/api/v1/kv": {"post": operation(
             "A KV batch, all or nothing", kv_results,

@@ -31,9 +31,11 @@ from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose
 from queen_raft.api.requests import json_body, json_response
 from queen_raft.api.serving import ServingNode, serving_of
+from queen_raft.state.limits import MAX_ANSWER_BYTES
 
 BAD_REQUEST = "bad_request"
 TOO_LARGE = "too_large"
+ANSWER_TOO_LARGE = kv_routes.ANSWER_TOO_LARGE
 UNAVAILABLE = "unavailable"
 TOP_LEVEL_FIELDS = frozenset({"operations", "kv", "timers"})
 OPERATION_TYPES = ("push", "ack")
@@ -179,6 +181,7 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
     command = {
         "op": "transaction", "producerSub": principal.sub, "maxPending": serving.config.timers_max_pending(tenant),
         "policy": serving.settings.fire_policy(), "operations": operations, "kv": kv_ops, "timers": timer_ops,
+        "maxAnswerBytes": MAX_ANSWER_BYTES,
     }
     try:
         result = await propose(serving, tenant, command, UNAVAILABLE)
@@ -195,6 +198,8 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
         serving.metrics.count_schedule_rejected("timers_disabled")
         raise refused(503, "timers_disabled", "an operator paused timer scheduling for this tenant",
                       headers=retry_after_header(timers.TIMERS_DISABLED_RETRY_AFTER_S), reason=PAUSED)
+    if result["reason"] == ANSWER_TOO_LARGE:  # rolled back: nothing changed, like any refusal here
+        raise refused(413, ANSWER_TOO_LARGE, result.get("error") or "the answer is too large", result.get("index"))
     if result["reason"] == "timers_quota_exceeded":
         serving.metrics.count_schedule_rejected("timers_quota_exceeded")
     answer = {"success": False, "reason": result["reason"], "error": result.get("error") or result["reason"]}

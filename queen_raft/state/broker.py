@@ -203,7 +203,7 @@ class Broker:
         return None
 
     def pop(self, queue_name: str, partition_name: str | None, group_name: str, batch: int,
-            lease_id: str, auto_ack: bool, now: int) -> dict:
+            lease_id: str, auto_ack: bool, now: int, max_bytes: int | None = None) -> dict:
         empty = {"leaseId": None, "messages": []}
         queue = self.queues.get(queue_name)
         if queue is None:
@@ -221,6 +221,8 @@ class Broker:
             offsets = partition.deliverable_offsets(group, now, queue.delay_ms, batch)
             if not offsets:
                 continue
+            if max_bytes is not None:
+                offsets = partition.offsets_within_bytes(offsets, max_bytes)
             group = partition.group(group_name)
             return self._deliver(queue, partition, group, group_name, offsets, lease_id,
                                  auto_ack, now)
@@ -432,9 +434,9 @@ class Broker:
             result["error"] = error
         return result
 
-    def dlq_rows(self, queue_name: str | None, after_seq: int, limit: int) -> dict:
+    def dlq_rows(self, queue_name: str | None, after_seq: int, limit: int, max_bytes: int | None = None) -> dict:
         """One page of dead letters in filing order (dlq_pages.py)."""
-        return dlq_page(self.queues, queue_name, after_seq, limit)
+        return dlq_page(self.queues, queue_name, after_seq, limit, max_bytes)
 
     # --- snapshot -----------------------------------------------------------------------------
 

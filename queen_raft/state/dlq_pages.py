@@ -36,14 +36,29 @@ def _ids_after(queue: Queue, after_seq: int) -> Iterator[tuple[int, str, str]]:
     return ((dlq_seq_of(dlq_id), dlq_id, queue.name) for dlq_id in islice(ids, start, None))
 
 
-def dlq_page(queues: Mapping[str, Queue], queue_name: str | None, after_seq: int, limit: int) -> dict:
+def dlq_page(queues: Mapping[str, Queue], queue_name: str | None, after_seq: int, limit: int,
+             max_bytes: int | None = None) -> dict:
     """`{rows, truncated, nextAfter}`: the first `limit` rows of one queue (every queue when None)
-    filed after n = after_seq (0: from the first). truncated: more rows follow; nextAfter: the
-    cursor for them (the last row's id), None when nothing follows."""
+    filed after n = after_seq (0: from the first), ending early before the row whose payload would
+    take the page's payloads past `max_bytes` (a page holds at least one row). truncated: more
+    rows follow; nextAfter: the cursor for them (the last row's id), None when nothing follows."""
     names = sorted(queues) if queue_name is None else [queue_name]
     streams = [_ids_after(queues[name], after_seq) for name in names if name in queues and queues[name].dlq]
     page = list(islice(heapq.merge(*streams), limit + 1))
+    if max_bytes is not None:
+        limit = min(limit, _rows_within(queues, page, max_bytes))
     truncated = len(page) > limit
     page = page[:limit]
     return {"rows": [dict(queues[name].dlq[dlq_id]) for _, dlq_id, name in page], "truncated": truncated,
             "nextAfter": page[-1][1] if truncated else None}
+
+
+def _rows_within(queues: Mapping[str, Queue], page: list[tuple[int, str, str]], max_bytes: int) -> int:
+    """How many of the page's first rows have payloads summing to at most `max_bytes` (at least one)."""
+    total = 0
+    for count, (_, dlq_id, name) in enumerate(page):
+        payload = queues[name].dlq[dlq_id].get("payload")
+        total += len(payload) if isinstance(payload, (bytes, bytearray)) else 0
+        if total > max_bytes and count > 0:
+            return count
+    return len(page)

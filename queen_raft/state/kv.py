@@ -21,6 +21,7 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
 from __future__ import annotations
 
+import msgpack
 from sortedcontainers import SortedList
 
 from .limits import KV_INT_MAX, KV_INT_MIN, MS_PER_SECOND, QUEUE_INT_OPTION_MAX
@@ -74,10 +75,14 @@ class KvStore:
             if entry is not None and entry[2] == expires_at:
                 del self.entries[(ns, key)]
 
-    def plan(self, ops: list[dict], now: int, index_base: int = 0) -> tuple[dict, list[dict]]:
-        """Run the batch on an overlay: `(overlay, results)`, or raise Refusal (nothing changed)."""
+    def plan(self, ops: list[dict], now: int, index_base: int = 0,
+             max_answer_bytes: int | None = None) -> tuple[dict, list[dict]]:
+        """Run the batch on an overlay: `(overlay, results)`, or raise Refusal (nothing changed).
+        With `max_answer_bytes`, the values the results carry (stored msgpack bytes) may not pass
+        it once there is more than one result (`answer_too_large`, blaming the op that passed it)."""
         overlay: dict[tuple[str, str], list | None] = {}
         results = []
+        answer_bytes = 0
         for index, op in enumerate(ops):
             ns, key = op["ns"], op["key"]
             name = (ns, key)
@@ -116,6 +121,11 @@ class KvStore:
             if kind != "get" and kind != "check":
                 overlay[name] = current
             results.append(self._row(ns, key, current))
+            if max_answer_bytes is not None and current is not None:
+                answer_bytes += len(msgpack.packb(current[0], use_bin_type=True))
+                require(answer_bytes <= max_answer_bytes or len(results) == 1, "answer_too_large",
+                        f"the answer would carry over {max_answer_bytes} bytes of values "
+                        f"(MAX_ANSWER_BYTES); read fewer keys per call", index_base + index)
         return overlay, results
 
     def commit(self, overlay: dict) -> None:

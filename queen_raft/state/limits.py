@@ -73,6 +73,15 @@ LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MIN = 1
 LIST_LIMIT_MAX = 1000
 
+# An answer carries at most this many bytes of stored payloads and values (a message's payload, a
+# KV value, a DLQ row's payload), however small its request: 300 gets of one large value, or a
+# fetch of 64 x 1000 records, must not make a node build a gigabyte. Its JSON is about as large
+# (base64 adds a third, each item a few hundred bytes of fields). An answer always carries at least
+# one item, so nothing is out of reach: a pop or a DLQ page ends early, a read that cannot (a KV
+# batch, a transaction, a fetch) is refused with 413 answer_too_large. A request body is at most
+# 6 MiB, so no one stored item is near it.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
 # --- messages -------------------------------------------------------------------------------------
 
 # A pop's `batch` is clamped to this: one pop entry's answer stays a few MiB at most.

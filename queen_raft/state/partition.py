@@ -189,6 +189,16 @@ class Partition:
             return self.log[index]
         return None
 
+
+    def offsets_within_bytes(self, offsets: list[int], max_bytes: int) -> list[int]:
+        """The first offsets whose payloads sum to at most `max_bytes`, and always the first: a
+        pop's answer stays bounded however large its batch, and no message is too large to pop."""
+        total = 0
+        for count, offset in enumerate(offsets):
+            total += len(self.message(offset)[MSG_PAYLOAD])
+            if total > max_bytes and count > 0:
+                return offsets[:count]
+        return offsets
     def deliverable_offsets(self, group: GroupCursor | None, now: int, delay_ms: int,
                             limit: int) -> list[int]:
         """Up to `limit` offsets the group has not settled, from its cursor, visible at `now`.

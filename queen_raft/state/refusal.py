@@ -22,3 +22,11 @@ def require(condition: bool, code: str, message: str, index: int | None = None) 
 
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def answer_bound(value: object) -> int | None:
+    """A command's bound on the bytes of stored values its answer carries (`maxAnswerBytes` of kv
+    and transaction, `maxBytes` of pop); None, as in entries from before it existed, is no bound."""
+    require(value is None or (is_int(value) and value >= 1), "bad_request",
+            "maxAnswerBytes and maxBytes must be positive integers")
+    return value

@@ -54,7 +54,7 @@ from .limits import (
 )
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
-from .refusal import Refusal, is_int, require
+from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import apply_timer_ops, check_quota, validate_timer_ops
 from .timers import FireTally, TimerTable, fire, peek_timer
 
@@ -222,7 +222,7 @@ class TenantState:
                                      and self.broker.released.get(lease_id) is None),
                 "bad_request", "leaseId already in use")
         return self.broker.pop(queue, partition, group_name(command.get("consumerGroup")), batch,
-                               lease_id, auto_ack, now)
+                               lease_id, auto_ack, now, answer_bound(command.get("maxBytes")))
 
     def _ack(self, command: dict, now: int) -> dict:
         items = command.get("acknowledgments")
@@ -262,7 +262,7 @@ class TenantState:
         require(isinstance(ops, list), "bad_request", "ops must be a list")
         for index, op in enumerate(ops):
             validate_kv_op(op, index)
-        overlay, results = self.kv.plan(ops, now)
+        overlay, results = self.kv.plan(ops, now, 0, answer_bound(command.get("maxAnswerBytes")))
         self.kv.prune(now)
         self.kv.commit(overlay)
         return {"results": results}
@@ -335,7 +335,7 @@ class TenantState:
                     "rejected_ack", "the lease does not cover this message", index)
             claimed.add((target[0].lease_id, target[1]))
             resolved.append((index, target, operation))
-        overlay, kv_results = self.kv.plan(kv_ops, now, kv_base)
+        overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
         check_quota(self.timers, timer_ops, command.get("maxPending"))
 
         # Apply: none of this can refuse any more.
@@ -393,9 +393,11 @@ class TenantState:
     def dlq_list(self, queue: str | None = None, limit: int | None = None) -> list[dict]:
         return self.dlq_page(queue, None, limit)["rows"]
 
-    def dlq_page(self, queue: str | None = None, after_seq: int | None = None, limit: int | None = None) -> dict:
-        """`{rows, truncated, nextAfter}` in filing order, after the row `dlq-<after_seq>` (which may be gone)."""
-        return self.broker.dlq_rows(queue, after_seq or 0, clamp_limit(limit))
+    def dlq_page(self, queue: str | None = None, after_seq: int | None = None, limit: int | None = None,
+                 max_bytes: int | None = None) -> dict:
+        """`{rows, truncated, nextAfter}` in filing order, after the row `dlq-<after_seq>` (which may be gone);
+        with `max_bytes`, the page ends before the row whose payload would pass it (at least one row)."""
+        return self.broker.dlq_rows(queue, after_seq or 0, clamp_limit(limit), max_bytes)
 
     def kv_get(self, ns: str, key: str) -> dict | None:
         return self.kv.get(ns, key, self.clock)
