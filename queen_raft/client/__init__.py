@@ -7,7 +7,7 @@
 from queen_raft.client.consumer import Message
 from queen_raft.client.durations import Duration, duration_ms, duration_seconds
 from queen_raft.client.errors import (
-    AckRefused, AuthError, BadRequest, Conflict, ConnectionFailed, Forbidden, HorizonExceeded, LimitExceeded,
+    AckRefused, AnswerTooLarge, AuthError, BadRequest, Conflict, ConnectionFailed, Forbidden, HorizonExceeded, LimitExceeded,
     NotFound, OutcomeUnknown, PayloadTooLarge, PreconditionFailed, PushRefused, QueenError, QuotaExceeded,
     RateLimited, Refused, ServerError, TimersDisabled, TransactionRefused, Unauthorized, Unavailable,
 )
@@ -21,7 +21,7 @@ __all__ = [
     "TimerResult", "TimerPeek", "TimerPage", "PushResult", "KvEntry", "TransactionResult", "LeaseExtension", "DlqRow",
     "DlqPage",
     "QueenError", "AuthError", "Unauthorized", "Forbidden", "BadRequest", "LimitExceeded", "QuotaExceeded",
-    "HorizonExceeded", "PayloadTooLarge", "RateLimited", "Unavailable", "TimersDisabled", "NotFound", "Conflict",
+    "HorizonExceeded", "PayloadTooLarge", "AnswerTooLarge", "RateLimited", "Unavailable", "TimersDisabled", "NotFound", "Conflict",
     "PreconditionFailed", "ServerError", "Refused", "TransactionRefused", "AckRefused", "PushRefused",
     "OutcomeUnknown", "ConnectionFailed",
 ]

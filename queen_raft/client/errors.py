@@ -68,6 +68,11 @@ class PayloadTooLarge(LimitExceeded):
     """413 payload_too_large."""
 
 
+class AnswerTooLarge(PayloadTooLarge):
+    """413 answer_too_large: the answer would carry over the node's MAX_ANSWER_BYTES of payloads or
+    values (a KV batch, a transaction's kv, a fetch); read fewer items per call."""
+
+
 class RateLimited(LimitExceeded):
     """429 rate_limited; `retry_after_s` says when."""
 
@@ -135,6 +140,7 @@ _BY_CODE: dict[str, type[QueenError]] = {
     "timers_quota_exceeded": QuotaExceeded,
     "timer_horizon_exceeded": HorizonExceeded,
     "payload_too_large": PayloadTooLarge,
+    "answer_too_large": AnswerTooLarge,
     "rate_limited": RateLimited,
     "timers_disabled": TimersDisabled,
     "dlq_replay_refused": Conflict,

@@ -102,3 +102,12 @@ async def test_a_dlq_page_ends_at_the_bound_and_the_next_page_has_the_rest():
         assert page["nextAfter"] == page["rows"][-1]["dlqId"]
         _, _, rest = await api.call("GET", f"/api/v1/dlq?queue=q&limit=1000&after={page['nextAfter']}", token="acme-ro")
         assert len(rest["rows"]) == 2 and rest["truncated"] is False
+
+
+def test_the_sdk_raises_answer_too_large_a_payload_too_large():
+    from queen_raft.client import AnswerTooLarge, PayloadTooLarge
+    from queen_raft.client.errors import error_from_response
+
+    error = error_from_response(413, {"error": "answer_too_large", "message": "over", "index": 16}, {})
+    assert isinstance(error, AnswerTooLarge) and isinstance(error, PayloadTooLarge)
+    assert type(error_from_response(413, {"error": "payload_too_large", "message": "big"}, {})) is PayloadTooLarge
