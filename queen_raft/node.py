@@ -24,6 +24,7 @@ from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import ClusterConfig, NodeConfig, Settings
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
+from queen_raft.raft.snapshot_file import DataDirRefused
 from queen_raft.state import TenantState
 
 log = logging.getLogger("queen_raft.node")
@@ -56,6 +57,9 @@ GC_THRESHOLDS = (700, 10, 1000)
 GIL_SWITCH_INTERVAL_S = 0.0005
 # sysexits' EX_CONFIG: the operator must fix the node's environment, a restart alone will not do.
 EXIT_MISSING_ENCRYPTION_KEY = 78
+# sysexits' EX_DATAERR (DataDirRefused.exit_code): this node's Raft data cannot be loaded without
+# losing committed entries; the log says which file and the recovery step (wipe, re-sync).
+EXIT_DATA_REFUSED = DataDirRefused.exit_code
 
 
 class MissingEncryptionKey(RuntimeError):
@@ -112,6 +116,11 @@ class NodeProcess:
     missing_key: MissingEncryptionKey | None = None
 
 
+def _destroy_groups(groups: dict[str, TenantGroup]) -> None:
+    for group in groups.values():
+        group.destroy()
+
+
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     """Constructs every tenant group (main thread) and the serving state of the API."""
     node = config.node(node_id)
@@ -120,32 +129,38 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     metrics = ApiMetrics(groups_source=lambda: metrics_groups)
     groups: dict[str, TenantGroup] = {}
     signals: dict[str, ApplySignal] = {}
-    for tenant in config.tenants:
-        apply_signal = ApplySignal()
-        state_class = signalling_state_class(apply_signal)
-        group = TenantGroup(
-            tenant=tenant.name,
-            self_addr=node.raft_addr(tenant.index),
-            peer_addrs=[peer.raft_addr(tenant.index) for peer in config.nodes if peer.id != node.id],
-            data_dir=str(config.group_data_dir(node.id, tenant.name)),
-            settings=settings,
-            state_factory=state_class,
-            state_restore=state_class.restore,
-            bind_host=node.host,
-            # [nodes.dial]: peers reached through other addresses (the fault harness's link proxies).
-            dial_map=node.dial_map(tenant.index),
-        )
-        group.on_leadership_change = _log_leadership_change
-        group.on_tick_result = _tick_result_observer(metrics, tenant.name)
-        groups[tenant.name] = group
-        signals[tenant.name] = apply_signal
+    try:
+        for tenant in config.tenants:
+            apply_signal = ApplySignal()
+            state_class = signalling_state_class(apply_signal)
+            group = TenantGroup(
+                tenant=tenant.name,
+                self_addr=node.raft_addr(tenant.index),
+                peer_addrs=[peer.raft_addr(tenant.index) for peer in config.nodes if peer.id != node.id],
+                data_dir=str(config.group_data_dir(node.id, tenant.name)),
+                settings=settings,
+                state_factory=state_class,
+                state_restore=state_class.restore,
+                bind_host=node.host,
+                # [nodes.dial]: peers reached through other addresses (the fault harness's link proxies).
+                dial_map=node.dial_map(tenant.index),
+            )
+            group.on_leadership_change = _log_leadership_change
+            group.on_tick_result = _tick_result_observer(metrics, tenant.name)
+            groups[tenant.name] = group
+            signals[tenant.name] = apply_signal
+    except DataDirRefused:  # raised by a group's journal open: stop the groups already running
+        _destroy_groups(groups)
+        raise
     metrics_groups.update(groups)
     for tenant_name, group in groups.items():
         try:
-            group.wait_bound()
+            group.wait_bound()  # also waits for the group's snapshot load
+        except DataDirRefused:
+            _destroy_groups(groups)
+            raise
         except Exception as exc:  # pysyncobj's BindError: say which port, then stop what started
-            for started in groups.values():
-                started.destroy()
+            _destroy_groups(groups)
             raise RuntimeError(f"node {node.id}: tenant {tenant_name!r} cannot bind its Raft port {group.self_addr}: {exc}") from None
     serving = ServingNode(
         node_id=node.id,
@@ -253,7 +268,11 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
     schedules: 2,428 vs 2,439 calls/s, no difference) and not kept: its clock and timers have 1 ms
     resolution and a cached "now", which the tick loop's minimum gap between ticks is measured
     with, and its socket writes hold the GIL."""
-    process = build_node(config, node_id)
+    try:
+        process = build_node(config, node_id)
+    except DataDirRefused as exc:
+        log.critical("node %s: %s", node_id, exc)
+        raise SystemExit(EXIT_DATA_REFUSED) from None
     configure_gc()
     configure_gil_switch_interval()
     try:
