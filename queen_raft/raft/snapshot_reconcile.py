@@ -15,7 +15,8 @@ SyncObj.__init__) before that load, and this is where the two are compared:
 | the journal ends before the snapshot's last entry | left to pysyncobj: the snapshot covers every entry the journal has |
 | the snapshot does not verify or decode | refused: the file, the problem |
 | a gap: the journal starts after the snapshot's last entry + 1 | refused: those entries are in neither |
-| the journal's entry at the snapshot's last index differs (term or command) | refused |
+| the journal's entry at the snapshot's last index differs, above the commit index | the journal is rewritten as [prev, last]: that entry and those after it were never committed (a snapshot holds committed entries only) |
+| the journal's entry at the snapshot's last index differs, at or below the commit index | refused |
 | the commit index (.meta) is beyond the last entry the journal and snapshot hold | refused |
 
 Refused means DataDirRefused (snapshot_file.py): the node exits with code 65 and one message
@@ -71,13 +72,21 @@ def _fit_journal_to_snapshot(journal, path: str, prev: tuple, last: tuple) -> No
     else:
         position = _position_of(indexes, last_index)
         entry = tuple(journal[position])
-        if entry != last:
+        if entry == last:
+            kept_from = position + 1
+        elif last_index <= journal.getRaftCommitIndex():
             raise DataDirRefused(
                 path,
-                f"the snapshot's last entry (index {last_index}, term {last[2]}) conflicts with the entry "
-                f"at that index in the journal {journal.journal_path} (term {entry[2]})",
+                f"the snapshot's last entry (index {last_index}, term {last[2]}) conflicts with the "
+                f"committed entry at that index in the journal {journal.journal_path} (term {entry[2]})",
             )
-        kept_from = position + 1
+        else:
+            # A snapshot holds committed entries only, so a journal entry of another term at its index
+            # was never committed (a follower's stale tail, superseded by the leader's snapshot that
+            # was renamed into place just before the process died): it goes, as Raft's install does.
+            log.warning("journal entries from index %d (term %d) conflict with the snapshot (term %d) "
+                        "above the commit index: dropped", last_index, entry[2], last[2])
+            kept_from = count
     journal._rewrite([prev, last] + [journal.entry_at(i) for i in range(kept_from, count)])
     journal.reconciled_with_snapshot = True
     log.warning("journal reconciled with the snapshot at index %d: kept %d later entries",

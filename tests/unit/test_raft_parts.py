@@ -359,18 +359,20 @@ def test_a_journal_behind_its_snapshot_keeps_the_tail_after_the_snapshot(tmp_pat
     assert [tuple(e) for e in FileJournal(path)] == entries[4:]
 
 
-def test_a_journal_that_conflicts_with_its_snapshot_refuses_to_open(tmp_path):
-    """Stock pysyncobj would clear the journal down to the snapshot's entries (losing 5); the
-    node refuses to start instead (snapshot_reconcile.py), and the journal is left untouched."""
+def test_a_journal_whose_committed_entry_conflicts_with_its_snapshot_refuses_to_open(tmp_path):
+    """Stock pysyncobj would clear the journal down to the snapshot's entries (losing committed 5);
+    the node refuses to start instead (snapshot_reconcile.py), and the journal is left untouched."""
     from queen_raft.raft.snapshot_file import DataDirRefused
 
     path, dump = str(tmp_path / "j"), str(tmp_path / "snap")
     journal = CompactionGuardedJournal(path)
     for i in range(1, 6):
         journal.add(b"\x00", i, 1)
+    journal.setRaftCommitIndex(5)
+    journal.onOneSecondTimer()  # stores the meta
     journal._destroy()
     write_pysyncobj_dump(dump, last=(b"\x00", 4, 2), prev=(b"\x00", 3, 2))  # same index, other term
-    with pytest.raises(DataDirRefused, match="conflicts with the entry at that index"):
+    with pytest.raises(DataDirRefused, match="conflicts with the committed entry at that index"):
         CompactionGuardedJournal(path, dump)
     assert len(FileJournal(path)) == 5
 

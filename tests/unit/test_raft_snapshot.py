@@ -120,6 +120,16 @@ def test_a_commit_index_beyond_what_is_held_refuses_to_start(tmp_path):
         GroupCommitJournal(path, str(tmp_path / "raft.snapshot"))
 
 
+def test_an_uncommitted_tail_that_conflicts_with_the_snapshot_is_dropped(tmp_path):
+    # A follower's stale entries 5..7 of term 1; the leader's snapshot (term 2) ends at 6.
+    path, snap = str(tmp_path / "raft.journal"), tmp_path / "raft.snapshot"
+    journal_with(path, ENTRIES[:7], commit_index=4)
+    last, prev = (b"\x07", 6, 2), (b"\x06", 5, 2)
+    snap.write_bytes(encode_snapshot(([{}, b"state"], last, prev, set())))
+    journal = CompactionGuardedJournal(path, str(snap))
+    assert [tuple(e) for e in journal] == [prev, last]
+
+
 def test_a_fresh_data_dir_opens(tmp_path):
     journal = GroupCommitJournal(str(tmp_path / "raft.journal"), str(tmp_path / "raft.snapshot"))
     assert len(journal) == 0
