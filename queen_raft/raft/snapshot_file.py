@@ -143,6 +143,27 @@ def _check_payload(path: str, length: int, digest: bytes, seen: int, actual: byt
         raise SnapshotDamaged(path, "payload checksum mismatch (sha256): the file is corrupted")
 
 
+class PayloadCheck:
+    """Checks a new-format file read front to back in chunks (header included), as it is sent:
+    the sender reads it once, not once to verify and once to send."""
+
+    def __init__(self, path: str, head: bytes) -> None:
+        self.path = path
+        self._length, self._digest = _check_header(path, head)
+        self._hash = hashlib.sha256()
+        self._offset = 0
+
+    def update(self, chunk: bytes) -> None:
+        skip = max(0, HEADER.size - self._offset)
+        if skip < len(chunk):
+            self._hash.update(memoryview(chunk)[skip:])
+        self._offset += len(chunk)
+
+    def finish(self) -> None:
+        """SnapshotDamaged unless the whole file was seen and matches its header."""
+        _check_payload(self.path, self._length, self._digest, max(0, self._offset - HEADER.size), self._hash.digest())
+
+
 def verify_snapshot_file(path: str) -> None:
     with open(path, "rb") as file:
         verify_snapshot_stream(file, path)

@@ -27,7 +27,9 @@ Here the durability rules are:
 4. Every file carries a length and sha256 header (snapshot_file.py), checked on every read.
 5. A snapshot received from the leader is written to its own tmp file, fsynced and verified before
    it replaces the local one; a damaged one is rejected (logged), the node keeps its state, and
-   the leader sends it again. A node never starts sending a snapshot it cannot verify itself.
+   the leader sends it again. A node never sends a snapshot it cannot verify itself: the checksum is
+   computed over the chunks as they are sent (no second read of the file on the tick thread), and
+   the last chunk, without which the follower installs nothing, goes only if it matched.
 
 Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
 long before writing, so a fault harness can stop nodes while their writers run. Set without the
@@ -51,7 +53,15 @@ from pysyncobj.serializer import Serializer
 
 from queen_raft import clock
 from queen_raft.raft.journal import fsync_directory_of
-from queen_raft.raft.snapshot_file import SnapshotDamaged, read_snapshot, verify_snapshot_stream, write_snapshot
+from queen_raft.raft.snapshot_file import (
+    HEADER,
+    MAGIC,
+    PayloadCheck,
+    SnapshotDamaged,
+    read_snapshot,
+    verify_snapshot_stream,
+    write_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +218,10 @@ class SnapshotSerializer:
             return None
         transmission = self._transmissions.get(transmissionID)
         if transmission is None:
-            file = self._open_verified()
-            if file is None:
+            transmission = self._open_for_sending()
+            if transmission is None:
                 return None
-            self._transmissions[transmissionID] = transmission = {"file": file, "transmitted": 0}
+            self._transmissions[transmissionID] = transmission
         is_first = transmission["transmitted"] == 0
         try:
             data = transmission["file"].read(self._batch_bytes)
@@ -220,30 +230,53 @@ class SnapshotSerializer:
             self.cancelTransmisstion(transmissionID)
             return False
         transmission["transmitted"] += len(data)
+        check = transmission["check"]
+        if check is not None:
+            check.update(data)
         is_last = len(data) == 0
         if is_last:
             self.cancelTransmisstion(transmissionID)
+            if check is not None:
+                try:
+                    check.finish()
+                except SnapshotDamaged as exc:
+                    # The follower never gets the last chunk, so it never installs what it received.
+                    self._refuse_to_send(transmission["identity"], exc)
+                    return None
         return data, is_first, is_last
 
-    def _open_verified(self):
-        """The snapshot file, checked from start to end and rewound; None if it is damaged."""
+    def _open_for_sending(self) -> dict | None:
+        """A transmission of the snapshot file: new-format files are checked as they are read (the
+        last chunk goes only if the whole file matched its header); an old gzip file is verified
+        whole first. None if the file is known or found damaged."""
         try:
             file = open(self._file_name, "rb")
         except OSError:
             log.exception("could not open the snapshot %s to send it", self._file_name)
             return None
+        stat = os.fstat(file.fileno())
+        identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        check = None
         try:
-            verify_snapshot_stream(file, self._file_name)
+            if identity == self._unsendable:
+                raise SnapshotDamaged(self._file_name, "found damaged before")
+            head = file.read(HEADER.size)
+            if head.startswith(MAGIC):
+                check = PayloadCheck(self._file_name, head)
+            else:
+                file.seek(0)
+                verify_snapshot_stream(file, self._file_name)
+            file.seek(0)
         except (SnapshotDamaged, OSError) as exc:
-            stat = os.fstat(file.fileno())
-            identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
             file.close()
-            if identity != self._unsendable:  # once per damaged file, not once per heartbeat
-                self._unsendable = identity
-                log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
+            self._refuse_to_send(identity, exc)
             return None
-        file.seek(0)
-        return file
+        return {"file": file, "transmitted": 0, "check": check, "identity": identity}
+
+    def _refuse_to_send(self, identity: tuple, exc: Exception) -> None:
+        if identity != self._unsendable:  # once per damaged file, not once per heartbeat
+            self._unsendable = identity
+            log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
 
     def cancelTransmisstion(self, id) -> None:
         transmission = self._transmissions.pop(id, None)

@@ -8,7 +8,6 @@ that outlived its node could rename a stale snapshot over its successor's.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
@@ -16,12 +15,11 @@ import time
 
 import pytest
 
+from cluster_fixture import pick_port_runs
 from raft_node_fixture import NodeUnavailable, RaftTestCluster
 
 pytestmark = pytest.mark.integration
 
-# 17xxx blocks of 10 as in test_raft_cluster.py, in a range of their own.
-_PORT_BLOCKS = itertools.count(17700, 10)
 
 COMPACTION_ENTRIES = 20
 # Long enough that every node's writer is still running when all nodes stop, and still running
@@ -38,8 +36,9 @@ def make_cluster(tmp_path):
     clusters = []
 
     def make(extra_args=None) -> RaftTestCluster:
-        base = next(_PORT_BLOCKS)
-        cluster = RaftTestCluster(str(tmp_path), base, base + 5, extra_args=extra_args)
+        # Free ports picked at random: other test runs on this machine use fixed 17xxx blocks.
+        raft_base, http_base = pick_port_runs(2, 3)
+        cluster = RaftTestCluster(str(tmp_path), raft_base, http_base, extra_args=extra_args)
         clusters.append(cluster)
         return cluster.start()
 

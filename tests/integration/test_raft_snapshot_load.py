@@ -7,7 +7,6 @@ Groups are built on the main thread (pytest runs async tests on it), as pysyncob
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import time
 
@@ -15,11 +14,11 @@ import pytest
 
 from queen_raft.raft import RaftSettings, TenantGroup
 from queen_raft.raft.snapshot_file import DataDirRefused
+from cluster_fixture import pick_port_runs
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
 
-_PORTS = itertools.count(17780)
 DEADLINE_S = 10.0
 
 
@@ -36,7 +35,8 @@ def restore_that_fails(data: bytes):
 
 async def test_a_snapshot_whose_state_does_not_restore_refuses_the_start_and_never_leads(tmp_path):
     settings = RaftSettings(log_compaction_min_entries=5)
-    addr = f"127.0.0.1:{next(_PORTS)}"
+    (port,) = pick_port_runs(1, 1)  # at random: other test runs on this machine use fixed 17xxx ports
+    addr = f"127.0.0.1:{port}"
     data_dir = str(tmp_path / "group")
     group = TenantGroup("t", addr, [addr], data_dir, settings, TimerLogState, TimerLogState.restore)
     try:

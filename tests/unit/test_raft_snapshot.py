@@ -235,9 +235,24 @@ def test_a_verified_snapshot_is_sent_and_installed(tmp_path):
     assert follower_snap.read_bytes() == leader_snap.read_bytes()
 
 
-def test_a_node_never_sends_a_snapshot_it_cannot_verify(tmp_path):
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_node_never_sends_the_last_chunk_of_a_snapshot_it_cannot_verify(tmp_path, damage):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    leader_snap, follower_snap = tmp_path / "a" / "raft.snapshot", tmp_path / "b" / "raft.snapshot"
+    good = encode_snapshot(dump_ending_at(8, state=os.urandom(10_000)))
+    leader_snap.write_bytes(good[:-5] if damage == "truncate" else good[:5000] + bytes([good[5000] ^ 1]) + good[5001:])
+    follower_snap.write_bytes(encode_snapshot(dump_ending_at(2)))
+    before = follower_snap.read_bytes()
+    sender, receiver = SnapshotSerializer(str(leader_snap), 1000), SnapshotSerializer(str(follower_snap), 1000)
+    assert transfer(sender, receiver) is False
+    assert follower_snap.read_bytes() == before
+    assert sender.getTransmissionData("follower") is None  # known damaged: not even a first chunk again
+
+
+def test_an_old_gzip_snapshot_that_does_not_verify_is_not_sent_at_all(tmp_path):
     snap = tmp_path / "raft.snapshot"
-    snap.write_bytes(encode_snapshot(dump_ending_at(8))[:-5])
+    write_gzip_dump(snap, dump_ending_at(8, state=os.urandom(5000)))
+    snap.write_bytes(snap.read_bytes()[:-20])
     assert SnapshotSerializer(str(snap), 1000).getTransmissionData("follower") is None
 
 
