@@ -112,6 +112,11 @@ class NodeProcess:
     damaged: DamagedDataError | None = None
 
 
+def _destroy_groups(groups: dict[str, TenantGroup]) -> None:
+    for group in groups.values():
+        group.destroy()
+
+
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     """Constructs every tenant group (main thread) and the serving state of the API."""
     node = config.node(node_id)
@@ -142,10 +147,12 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     metrics_groups.update(groups)
     for tenant_name, group in groups.items():
         try:
-            group.wait_bound()
+            group.wait_bound()  # also waits for the group's snapshot load
+        except DamagedDataError:  # the snapshot could not be loaded (snapshot_guard.py)
+            _destroy_groups(groups)
+            raise
         except Exception as exc:  # pysyncobj's BindError: say which port, then stop what started
-            for started in groups.values():
-                started.destroy()
+            _destroy_groups(groups)
             raise RuntimeError(f"node {node.id}: tenant {tenant_name!r} cannot bind its Raft port {group.self_addr}: {exc}") from None
     serving = ServingNode(
         node_id=node.id,

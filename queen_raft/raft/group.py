@@ -30,6 +30,7 @@ from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, settle_future
 from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
+from queen_raft.raft.snapshot_writer import install_snapshot_writer
 from queen_raft.raft.settings import (
     APPEND_ENTRIES_BATCH_SIZE_BYTES,
     COMMANDS_QUEUE_SIZE,
@@ -253,6 +254,7 @@ class TenantGroup:
 
         install_connection_recipe()
         install_journal_factory()
+        install_snapshot_writer()  # the node process alone replaces raft.snapshot (snapshot_writer.py)
         register_journal(self.journal_file, settings.fsync, self.full_dump_file)
 
         self._consumer = ReplicatedTenantState(state_factory, state_restore, self._on_applied)

@@ -32,7 +32,6 @@ path, so each group picks its own mode.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import mmap
 import os
@@ -41,7 +40,6 @@ import threading
 import pysyncobj.syncobj
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, MemoryJournal
 from pysyncobj.pickle import dumps as pysyncobj_dumps
-from pysyncobj.pickle import load as pysyncobj_load
 
 from queen_raft.raft.damaged import DamagedDataError, report_runtime_damage
 from queen_raft.raft.journal_format import (
@@ -58,6 +56,7 @@ from queen_raft.raft.journal_format import (
 from queen_raft.raft.journal_slice import JournalSlice
 from queen_raft.raft.journal_spill import SpillOnFullDisk
 from queen_raft.raft.journal_storage import CheckedMetaStorer, PreallocatedFile, is_disk_write_error, write_journal_file
+from queen_raft.raft.snapshot_reconcile import reconcile_journal_with_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +143,7 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
         self._FileJournal__currentOffset = self._scan_records()
         if self._format != CHECKSUMMED_FORMAT:
             self._convert_to_checksummed_format()
-        if fullDumpFile and os.path.exists(fullDumpFile):
+        if fullDumpFile:
             self._reconcile_with_snapshot()
         self._release_pages_behind()
 
@@ -236,34 +235,8 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
         self.pages_released += 1
 
     def _reconcile_with_snapshot(self) -> None:
-        """Keep the journal's tail when the process died between a snapshot and its compaction.
-
-        The forked child renames the new snapshot into place; the tick thread compacts the journal
-        a tick later. Killed in between, the node restarts with a snapshot newer than the journal's
-        head, and pysyncobj (which requires journal[0:2] == the snapshot's last two entries) then
-        clears the journal down to those two entries: every entry after them is lost on this node.
-        Measured: three nodes killed together under writes each land in that window about one time
-        in three, and acknowledged writes were lost when two did. Raft's rule for a snapshot whose
-        last entry is in the log (same index and term) is to keep the entries that follow it, so we
-        rewrite the journal as [prev, last, entries after last], which pysyncobj then accepts.
-        """
-        try:
-            with gzip.open(self.full_dump_file, "rb") as dump:
-                _, last, prev, _ = pysyncobj_load(dump)
-        except Exception:
-            log.exception("could not read the snapshot %s to reconcile the journal", self.full_dump_file)
-            return
-        prev, last = tuple(prev), tuple(last)
-        entries = [tuple(entry) for entry in self]
-        if entries[:2] == [prev, last]:
-            return
-        position = next((i for i, entry in enumerate(entries) if entry[1] == last[1]), None)
-        if position is None or entries[position] != last:
-            return  # the log holds nothing after the snapshot, or conflicts with it: stock behaviour
-        self._rewrite([prev, last] + entries[position + 1 :])
-        self.reconciled_with_snapshot = True
-        log.warning("journal reconciled with the snapshot at index %d: kept %d later entries",
-                    last[1], len(entries) - position - 1)
+        """Fit the journal to the snapshot, or raise DataDirRefused (snapshot_reconcile.py)."""
+        reconcile_journal_with_snapshot(self)
 
     def add(self, command, idx, term):
         record = encode_journal_record(command, idx, term)

@@ -114,6 +114,7 @@ async def _serve(args) -> None:
         from raft_test_state import TimerLogState
 
         factory, restore = TimerLogState, TimerLogState.restore
+        TimerLogState.snapshot_delay_s = args.snapshot_delay_s
 
     settings = RaftSettings(
         fsync=args.fsync,
@@ -127,6 +128,8 @@ async def _serve(args) -> None:
         args.tenant, args.self_addr, args.peers.split(","), args.data_dir, settings, factory, restore,
         dial_map=dial_map,
     )
+    # As the node does (node.build_node): serve only once the Raft port is bound.
+    group.wait_bound()
     tick_lags: collections.deque[int] = collections.deque(maxlen=TICK_LAGS_KEPT)
     group.on_tick_result = lambda result, lags: tick_lags.extend(lags)
     group.on_leadership_change = lambda tenant, role, leader, term: print(
@@ -204,8 +207,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit-timeout-ms", type=int, default=5000)
     parser.add_argument("--state", default="test", choices=["test", "tenant"])
     parser.add_argument("--dial-map", default="", help="JSON {peer address: dial address}")
+    parser.add_argument("--snapshot-delay-s", type=float, default=0.0,
+                        help="the test state's snapshot() sleeps this long (in the forked writer)")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args))
+    from queen_raft.raft.snapshot_file import DataDirRefused
+
+    try:
+        asyncio.run(_serve(args))
+    except DataDirRefused as exc:  # as the node does: one message, exit 65
+        print(exc, flush=True)
+        raise SystemExit(exc.exit_code) from None
 
 
 # ------------------------------------------------------------------------------------------------

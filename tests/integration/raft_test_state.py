@@ -8,6 +8,8 @@ raising apply does not wedge the group.
 
 from __future__ import annotations
 
+import time
+
 import msgpack
 import zstandard
 
@@ -15,6 +17,10 @@ DEFAULT_FIRE_BATCH = 256
 
 
 class TimerLogState:
+    # Seconds snapshot() sleeps before encoding (raft_node_fixture's --snapshot-delay-s). It runs in
+    # the forked snapshot writer, so a test can hold writers alive across a kill or a stop.
+    snapshot_delay_s = 0.0
+
     def __init__(self) -> None:
         self.clock = 0
         self.applied = 0
@@ -69,6 +75,8 @@ class TimerLogState:
         return min(self.timers.values()) if self.timers else None
 
     def snapshot(self) -> bytes:
+        if self.snapshot_delay_s:
+            time.sleep(self.snapshot_delay_s)
         body = {
             "clock": self.clock,
             "applied": self.applied,

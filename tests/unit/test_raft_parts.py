@@ -122,8 +122,10 @@ def test_compaction_past_the_end_of_the_log_is_refused(tmp_path):
 
 
 def test_clearing_the_journal_in_group_mode_makes_the_snapshot_durable_first(tmp_path, monkeypatch):
+    from queen_raft.raft.snapshot_file import encode_snapshot
+
     dump = tmp_path / "snap"
-    dump.write_bytes(b"snapshot")
+    dump.write_bytes(encode_snapshot(([{}, b"state"], (b"\x00", 2, 1), (b"\x00", 1, 1), set())))
     synced = []
     monkeypatch.setattr("queen_raft.raft.journal.fsync_path", synced.append)
     journal = GroupCommitJournal(str(tmp_path / "j"), str(dump))
@@ -356,15 +358,22 @@ def test_a_journal_behind_its_snapshot_keeps_the_tail_after_the_snapshot(tmp_pat
     assert [tuple(e) for e in CompactionGuardedJournal(path)] == entries[4:]
 
 
-def test_a_journal_that_conflicts_with_its_snapshot_is_left_to_pysyncobj(tmp_path):
+def test_a_journal_whose_committed_entry_conflicts_with_its_snapshot_refuses_to_open(tmp_path):
+    """Stock pysyncobj would clear the journal down to the snapshot's entries (losing committed 5);
+    the node refuses to start instead (snapshot_reconcile.py), and the journal is left untouched."""
+    from queen_raft.raft.snapshot_file import DataDirRefused
+
     path, dump = str(tmp_path / "j"), str(tmp_path / "snap")
     journal = CompactionGuardedJournal(path)
     for i in range(1, 6):
         journal.add(b"\x00", i, 1)
+    journal.setRaftCommitIndex(5)
+    journal.onOneSecondTimer()  # stores the meta
     journal._destroy()
     write_pysyncobj_dump(dump, last=(b"\x00", 4, 2), prev=(b"\x00", 3, 2))  # same index, other term
-    reopened = CompactionGuardedJournal(path, dump)
-    assert not reopened.reconciled_with_snapshot and len(reopened) == 5
+    with pytest.raises(DataDirRefused, match="conflicts with the committed entry at that index"):
+        CompactionGuardedJournal(path, dump)
+    assert len(FileJournal(path)) == 5
 
 
 # -- the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------------------

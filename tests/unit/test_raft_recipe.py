@@ -396,3 +396,52 @@ def test_syncobj_code_a_full_disk_relies_on():
     assert "self.__metaStorer.storeMeta(self.__meta)" in source(pysyncobj.journal.FileJournal.onOneSecondTimer)
     assert "self.__raftLog.setCurrentTerm(term, votedForNodeId)" in source(SyncObj._SyncObj__setCurrentTerm)
     assert params(pysyncobj.journal.MetaStorer.getPath) == ["self"]
+
+# -- snapshots (snapshot_writer.py, snapshot_guard.py) --------------------------------------------------
+
+# sha256 of inspect.getsource(SyncObj.__loadDumpFile) in 0.3.17: SnapshotGuardedSyncObj._load_dump
+# does the same work and raises instead of clearing or going on empty; re-read it on any change.
+LOAD_DUMP_FILE_SOURCE_SHA256 = "ec66e83905de703bcead2735be875e71870a6bbe271c854867611e555a90bbba"
+
+
+def test_syncobj_load_dump_file_that_the_snapshot_guard_replaces_is_unchanged():
+    digest = hashlib.sha256(source(SyncObj._SyncObj__loadDumpFile).encode()).hexdigest()
+    assert digest == LOAD_DUMP_FILE_SOURCE_SHA256, "SyncObj.__loadDumpFile changed: re-read snapshot_guard.py"
+
+
+def test_syncobj_snapshot_calls_the_writer_relies_on():
+    init = source(SyncObj.__init__)
+    assert "self.__serializer = Serializer(self.__conf.fullDumpFile," in init  # the module global we replace
+    assert hasattr(pysyncobj.syncobj, "Serializer")
+    assert "self.__needLoadDumpFile = True" in init
+    tick = source(SyncObj._onTick)
+    assert "self.__loadDumpFile(clearJournal=False)" in tick and "self.__needLoadDumpFile = False" in tick
+    # checkSerializing is polled only by the compaction, which compacts right after SUCCESS: the
+    # rename we do inside checkSerializing is immediately followed by the compaction.
+    compaction = source(SyncObj._SyncObj__tryLogCompaction)
+    assert compaction.index("self.__serializer.checkSerializing()") < compaction.index("self.__deleteEntriesTo(serializeID)")
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    assert "if self.__serializer.setTransmissionData(serialized):\n                    self.__loadDumpFile(clearJournal=True)" in handler
+    assert "self.__serializer.getTransmissionData(node)" in source(SyncObj._SyncObj__sendAppendEntries)
+    assert "self._doDestroy()" in source(SyncObj._autoTickThread)
+    for name in ("_SyncObj__getCurrentLogIndex", "_SyncObj__updateClusterConfiguration", "_SyncObj__onSetCodeVersion"):
+        assert callable(getattr(SyncObj, name))
+
+
+def test_snapshot_writer_has_every_serializer_method_pysyncobj_calls():
+    from queen_raft.raft.snapshot_writer import SnapshotSerializer
+
+    called = {"checkSerializing", "serialize", "deserialize", "getTransmissionData", "setTransmissionData",
+              "cancelTransmisstion"}
+    stock = {name for name in vars(Serializer) if not name.startswith("_")}
+    assert stock == called
+    for name in called:
+        assert params(getattr(SnapshotSerializer, name)) == params(getattr(Serializer, name))
+
+
+def test_snapshot_guard_overrides_are_real_overrides_used_by_the_group():
+    from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+
+    assert issubclass(CoalescingSyncObj, SnapshotGuardedSyncObj)
+    for name in ("_SyncObj__loadDumpFile", "_onTick", "waitBinded", "_doDestroy"):
+        assert name in vars(SnapshotGuardedSyncObj) and callable(getattr(SyncObj, name))

@@ -1,0 +1,132 @@
+"""The SyncObj side of snapshot durability: a strict snapshot load, and no writer outliving the node.
+
+pysyncobj 0.3.17's __loadDumpFile catches every exception ("failed to load full dump") and goes on
+with whatever state it has, which at start is an empty one (appliedIndex 1) that votes, leads
+and serves; and when the journal does not start with the snapshot's two entries it clears the
+journal and clamps the commit index to what is left. SnapshotGuardedSyncObj replaces it with a
+load that does the same work but never drops a committed entry silently:
+
+- at start (clearJournal=False), any failure (a snapshot that does not verify or decode, a state
+  that does not restore, a journal that would lose entries past the snapshot, a commit index beyond
+  what is held) is recorded as DataDirRefused: the tick thread stops working at once (it never
+  polls, votes or leads again), and waitBinded() raises it on the main thread, where the node
+  turns it into exit code 65. snapshot_reconcile.py already refused most of these cases when the
+  journal was opened; this load is the last line for what only a full load can find.
+- on a snapshot installed from the leader (clearJournal=True) the file was verified before it
+  replaced the local one (snapshot_writer.py); should the load still fail, it is logged and the
+  node keeps the state it had (the consumers are restored first, so a failure changes nothing).
+  The journal is cleared there as stock does: the leader sends every entry after the snapshot.
+
+_doDestroy also kills and reaps a snapshot writer still running, so a graceful stop leaves none
+behind. Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and
+_doDestroy (wrapped) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from queen_raft.raft.follower_append import LogMatchingSyncObj
+from queen_raft.raft.snapshot_file import DataDirRefused, SnapshotDamaged
+
+log = logging.getLogger(__name__)
+
+# waitBinded's wait for the first load: checks this often that the tick thread is still alive.
+START_LOAD_POLL_S = 0.1
+
+
+class SnapshotLoadStopped(Exception):
+    """Raised out of the tick that found the refusal, so nothing else runs in that tick."""
+
+
+class SnapshotGuardedSyncObj(LogMatchingSyncObj):
+    def __init__(self, *args, **kwargs):
+        # Before super().__init__(): the tick thread starts inside it.
+        self._start_load_done = threading.Event()
+        self.start_refusal: DataDirRefused | None = None
+        self.snapshot_installs_failed = 0
+        super().__init__(*args, **kwargs)
+
+    # -- the load ------------------------------------------------------------------------------------
+
+    def _SyncObj__loadDumpFile(self, clearJournal):
+        path = self._SyncObj__conf.fullDumpFile
+        try:
+            self._load_dump(clearJournal)
+        except Exception as exc:
+            problem = exc.problem if isinstance(exc, (SnapshotDamaged, DataDirRefused)) else f"{type(exc).__name__}: {exc}"
+            if clearJournal:
+                self.snapshot_installs_failed += 1
+                log.error("loading the snapshot received from the leader (%s) failed, keeping this node's "
+                          "state: %s", path, problem)
+                return
+            self.start_refusal = exc if isinstance(exc, DataDirRefused) else DataDirRefused(
+                path, f"the snapshot cannot be loaded: {problem}")
+            self._start_load_done.set()
+            log.critical("%s", self.start_refusal)
+            raise SnapshotLoadStopped(str(self.start_refusal)) from None
+
+    def _load_dump(self, clear_journal: bool) -> None:
+        """pysyncobj's __loadDumpFile, raising instead of clearing committed entries or going on empty."""
+        data = self._SyncObj__serializer.deserialize()
+        consumers = self._SyncObj__consumers
+        if data[0] is not None:
+            self_data, consumers_data = (data[0][0], data[0][1:]) if consumers else (data[0], [])
+            for consumer, consumer_data in zip(consumers, consumers_data):
+                consumer._deserialize(consumer_data)
+            self.__dict__.update(self_data)
+        last, prev = tuple(data[1]), tuple(data[2])
+        raft_log = self._SyncObj__raftLog
+        if clear_journal or len(raft_log) < 2 or tuple(raft_log[0]) != prev or tuple(raft_log[1]) != last:
+            if not clear_journal and len(raft_log) and raft_log[-1][1] > last[1]:
+                raise DataDirRefused(self._SyncObj__conf.fullDumpFile, (
+                    f"the snapshot ends at index {last[1]} and does not match the start of the journal, "
+                    f"which holds entries up to {raft_log[-1][1]}: loading it would drop them"))
+            raft_log.clear()
+            raft_log.add(*prev)
+            raft_log.add(*last)
+        self._SyncObj__raftLastApplied = last[1]
+        log_end = self._SyncObj__getCurrentLogIndex()
+        if self._SyncObj__raftCommitIndex > log_end:
+            if not clear_journal:
+                raise DataDirRefused(self._SyncObj__conf.fullDumpFile, (
+                    f"the commit index ({self._SyncObj__raftCommitIndex}) is beyond the last entry held "
+                    f"({log_end}): committed entries are missing"))
+            # Installing the leader's snapshot: the leader sends what follows it. Stored now, not at
+            # the next one-second save: a commit index beyond the journal on disk refuses the start.
+            self._SyncObj__raftCommitIndex = log_end
+            raft_log.setRaftCommitIndex(log_end)
+            raft_log.onOneSecondTimer()
+        if self._SyncObj__conf.dynamicMembershipChange:
+            self._SyncObj__updateClusterConfiguration([node for node in data[3] if node != self._SyncObj__selfNode])
+        self._SyncObj__onSetCodeVersion(0)
+
+    # -- the tick thread and the main thread ---------------------------------------------------------
+
+    def _onTick(self, timeToWait=0.0):
+        if self.start_refusal is not None:
+            time.sleep(timeToWait)  # refused: never poll, vote, lead or apply again
+            return
+        super()._onTick(timeToWait)
+        if not self._start_load_done.is_set() and not self._SyncObj__needLoadDumpFile:
+            self._start_load_done.set()
+
+    def waitBinded(self):
+        """Bound, and the snapshot (if any) loaded; DataDirRefused if it could not be."""
+        super().waitBinded()
+        while not self._start_load_done.wait(START_LOAD_POLL_S):
+            if not self.tick_thread_alive():
+                break
+        if self.start_refusal is not None:
+            raise self.start_refusal
+
+    def _doDestroy(self):
+        try:
+            super()._doDestroy()
+        finally:
+            stop_writer = getattr(self._SyncObj__serializer, "stop_writer", None)
+            if stop_writer is not None:
+                stop_writer()
+

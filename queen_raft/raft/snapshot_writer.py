@@ -1,0 +1,357 @@
+"""The forked snapshot writer, and snapshots sent to and received from the leader.
+
+Replaces pysyncobj 0.3.17's Serializer (file and fork case; install_snapshot_writer) because its
+forked child is a second writer of `raft.snapshot` that nobody owns: the child renames its file into
+place and exits on its own schedule, so
+
+- a child outlives its node (kill -9, and SIGTERM too: nothing stops it) and renames a snapshot
+  taken by the dead process after the successor opened the journal; the successor then loads a
+  snapshot that does not match its journal, and pysyncobj clears the journal down to the
+  snapshot's two entries and clamps the commit index: acknowledged writes are lost on every node
+  that did it. The orphan also keeps the dead node's listening sockets, and
+- an orphan and a new child share one `raft.snapshot.tmp`, so one can write into the file the
+  other has already renamed into place.
+
+Here the durability rules are:
+
+1. The child writes its own uniquely named tmp file, fsyncs it and exits; it never renames.
+2. Only the node process renames, after waitpid reported the child's success, and fsyncs the
+   directory, right before pysyncobj compacts the journal (the only caller of checkSerializing
+   is __tryLogCompaction, which compacts on SUCCESS). So `raft.snapshot` is replaced only by the
+   process that owns the journal, and never by a snapshot older than the one it replaces.
+3. The child dies with its parent: PR_SET_PDEATHSIG(SIGKILL), and a getppid check right after the
+   fork for a parent that died before the prctl. (The signal follows the forking *thread*, the
+   group's tick thread, which ends only when the group is destroyed: then the child should die.)
+   stop_writer() kills and reaps a running child on destroy, and a new serializer removes the tmp
+   files a dead process left.
+4. Every file carries a length and sha256 header (snapshot_file.py), checked on every read.
+5. A snapshot received from the leader is written to its own tmp file, fsynced and verified before
+   it replaces the local one; a damaged one is rejected (logged), the node keeps its state, and
+   the leader sends it again. A node never sends a snapshot it cannot verify itself: the checksum is
+   computed over the chunks as they are sent (no second read of the file on the tick thread), and
+   the last chunk, without which the follower installs nothing, goes only if it matched.
+
+Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
+long before writing, so a fault harness can stop nodes while their writers run. Set without the
+flag, the node refuses to start (as clock.py does for its offset).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import logging
+import os
+import secrets
+import signal
+import time
+from typing import Any
+
+import pysyncobj.syncobj
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.serializer import Serializer
+
+from queen_raft import clock
+from queen_raft.raft.journal import fsync_directory_of
+from queen_raft.raft.snapshot_file import (
+    HEADER,
+    MAGIC,
+    PayloadCheck,
+    SnapshotDamaged,
+    read_snapshot,
+    verify_snapshot_stream,
+    write_snapshot,
+)
+
+log = logging.getLogger(__name__)
+
+WRITER_DELAY_ENV = "QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS"
+PR_SET_PDEATHSIG = 1
+WRITING_SUFFIX = ".writing"
+RECEIVING_SUFFIX = ".receiving"
+# pysyncobj's own tmp names, left by an older version of this node.
+STOCK_TMP_SUFFIXES = (".tmp", ".1.tmp")
+EXIT_WRITER_FAILED = 1
+EXIT_WRITER_ORPHANED = 2
+
+
+def writer_delay_s(environ=os.environ) -> float:
+    raw = environ.get(WRITER_DELAY_ENV)
+    if raw is None:
+        return 0.0
+    if not clock.test_hooks_enabled(environ):
+        raise ValueError(f"{WRITER_DELAY_ENV} is set but {clock.TEST_HOOKS_ENV}=1 is not: refusing to start")
+    return int(raw) / 1000
+
+
+def _load_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the getppid check and stop_writer remain
+        return None
+
+
+_prctl = _load_prctl()
+
+
+def remove_stale_tmp_files(file_name: str) -> list[str]:
+    """Tmp files of writers and transfers of an earlier process (none of this one is running yet)."""
+    stale = glob.glob(glob.escape(file_name) + WRITING_SUFFIX + ".*")
+    stale += glob.glob(glob.escape(file_name) + RECEIVING_SUFFIX)
+    stale += [file_name + suffix for suffix in STOCK_TMP_SUFFIXES if os.path.exists(file_name + suffix)]
+    for path in stale:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+    if stale:
+        log.info("removed %d stale snapshot tmp file(s): %s", len(stale), ", ".join(sorted(stale)))
+    return stale
+
+
+def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> None:
+    """In the forked child: write, fsync, exit. Never returns; no logging (its locks may have been
+    held by another thread at the fork)."""
+    code = EXIT_WRITER_FAILED
+    try:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before the prctl took effect
+            code = EXIT_WRITER_ORPHANED
+        else:
+            if delay_s:
+                time.sleep(delay_s)
+            write_snapshot(tmp_path, dump)
+            code = 0
+    except BaseException as exc:
+        try:
+            os.write(2, f"snapshot writer {os.getpid()} failed: {type(exc).__name__}: {exc}\n".encode())
+        except BaseException:
+            pass
+    finally:
+        os._exit(code)
+
+
+class SnapshotSerializer:
+    """pysyncobj's Serializer interface for a file written by a forked child (see the module doc)."""
+
+    def __init__(self, file_name: str, transmission_batch_bytes: int) -> None:
+        self._file_name = file_name
+        self._batch_bytes = transmission_batch_bytes
+        self._delay_s = writer_delay_s()
+        self._pid = 0
+        self._tmp_path: str | None = None
+        self._current_id: Any = 0
+        self._transmissions: dict[Any, dict] = {}
+        self._incoming = None
+        self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
+        self.snapshots_published = 0
+        self.snapshots_rejected = 0
+        remove_stale_tmp_files(file_name)
+
+    # -- the local writer --------------------------------------------------------------------------
+
+    def serialize(self, data, id) -> None:
+        if self._pid != 0:
+            return
+        tmp_path = f"{self._file_name}{WRITING_SUFFIX}.{os.getpid()}.{secrets.token_hex(4)}"
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            _run_writer(tmp_path, data, parent_pid, self._delay_s)
+        self._pid, self._tmp_path, self._current_id = pid, tmp_path, id
+
+    def checkSerializing(self):
+        pid = self._pid
+        if pid == 0:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        try:
+            done_pid, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done_pid, status = pid, -1
+        if done_pid == 0:
+            return SERIALIZER_STATE.SERIALIZING, self._current_id
+        self._pid = 0
+        tmp_path, self._tmp_path = self._tmp_path, None
+        if status == 0 and self._publish(tmp_path):
+            self._transmissions = {}
+            return SERIALIZER_STATE.SUCCESS, self._current_id
+        log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted", pid, status)
+        _remove_quietly(tmp_path)
+        return SERIALIZER_STATE.FAILED, self._current_id
+
+    def _publish(self, tmp_path: str) -> bool:
+        try:
+            os.replace(tmp_path, self._file_name)
+            fsync_directory_of(self._file_name)
+        except OSError:
+            log.exception("could not rename the new snapshot %s into place", tmp_path)
+            return False
+        self.snapshots_published += 1
+        return True
+
+    def stop_writer(self) -> None:
+        """Kill and reap a running writer, remove its file, close what is being sent (on destroy)."""
+        self._kill_writer()
+        for transmission in self._transmissions.values():
+            transmission["file"].close()
+        self._transmissions = {}
+
+    def _kill_writer(self) -> None:
+        pid, self._pid = self._pid, 0
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        tmp_path, self._tmp_path = self._tmp_path, None
+        _remove_quietly(tmp_path)
+
+    def deserialize(self):
+        return read_snapshot(self._file_name)
+
+    # -- sending to a follower (leader) -------------------------------------------------------------
+
+    def getTransmissionData(self, transmissionID):
+        if self._pid != 0:
+            return None
+        transmission = self._transmissions.get(transmissionID)
+        if transmission is None:
+            transmission = self._open_for_sending()
+            if transmission is None:
+                return None
+            self._transmissions[transmissionID] = transmission
+        is_first = transmission["transmitted"] == 0
+        try:
+            data = transmission["file"].read(self._batch_bytes)
+        except OSError:
+            log.exception("reading the snapshot %s for a follower failed", self._file_name)
+            self.cancelTransmisstion(transmissionID)
+            return False
+        transmission["transmitted"] += len(data)
+        check = transmission["check"]
+        if check is not None:
+            check.update(data)
+        is_last = len(data) == 0
+        if is_last:
+            self.cancelTransmisstion(transmissionID)
+            if check is not None:
+                try:
+                    check.finish()
+                except SnapshotDamaged as exc:
+                    # The follower never gets the last chunk, so it never installs what it received.
+                    self._refuse_to_send(transmission["identity"], exc)
+                    return None
+        return data, is_first, is_last
+
+    def _open_for_sending(self) -> dict | None:
+        """A transmission of the snapshot file: new-format files are checked as they are read (the
+        last chunk goes only if the whole file matched its header); an old gzip file is verified
+        whole first. None if the file is known or found damaged."""
+        try:
+            file = open(self._file_name, "rb")
+        except OSError:
+            log.exception("could not open the snapshot %s to send it", self._file_name)
+            return None
+        stat = os.fstat(file.fileno())
+        identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        check = None
+        try:
+            if identity == self._unsendable:
+                raise SnapshotDamaged(self._file_name, "found damaged before")
+            head = file.read(HEADER.size)
+            if head.startswith(MAGIC):
+                check = PayloadCheck(self._file_name, head)
+            else:
+                file.seek(0)
+                verify_snapshot_stream(file, self._file_name)
+            file.seek(0)
+        except (SnapshotDamaged, OSError) as exc:
+            file.close()
+            self._refuse_to_send(identity, exc)
+            return None
+        return {"file": file, "transmitted": 0, "check": check, "identity": identity}
+
+    def _refuse_to_send(self, identity: tuple, exc: Exception) -> None:
+        if identity != self._unsendable:  # once per damaged file, not once per heartbeat
+            self._unsendable = identity
+            log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
+
+    def cancelTransmisstion(self, id) -> None:
+        transmission = self._transmissions.pop(id, None)
+        if transmission is not None:
+            transmission["file"].close()
+
+    # -- receiving from the leader (follower) --------------------------------------------------------
+
+    def setTransmissionData(self, data) -> bool:
+        """True once a whole snapshot was received, verified and renamed into place."""
+        if data is None:
+            return False
+        chunk, is_first, is_last = data
+        receiving_path = self._file_name + RECEIVING_SUFFIX
+        if is_first:
+            self._close_incoming()
+            try:
+                self._incoming = open(receiving_path, "wb")
+            except OSError:
+                log.exception("could not open %s for a snapshot from the leader", receiving_path)
+                return False
+        elif self._incoming is None:
+            return False
+        try:
+            self._incoming.write(chunk)
+            if not is_last:
+                return False
+            self._incoming.flush()
+            os.fsync(self._incoming.fileno())
+        except OSError:
+            log.exception("writing a snapshot from the leader to %s failed", receiving_path)
+            self._close_incoming()
+            _remove_quietly(receiving_path)
+            return False
+        self._close_incoming()
+        return self._install_received(receiving_path)
+
+    def _install_received(self, receiving_path: str) -> bool:
+        try:
+            with open(receiving_path, "rb") as file:
+                verify_snapshot_stream(file, receiving_path)
+        except (SnapshotDamaged, OSError) as exc:
+            self.snapshots_rejected += 1
+            log.error("rejected a snapshot from the leader, keeping this node's state: %s", exc)
+            _remove_quietly(receiving_path)
+            return False
+        # A local writer still running holds an older state than the leader's: publishing it after
+        # this one would put the snapshot behind the journal that the install is about to clear.
+        self._kill_writer()
+        return self._publish(receiving_path)
+
+    def _close_incoming(self) -> None:
+        if self._incoming is not None:
+            try:
+                self._incoming.close()
+            except OSError:
+                pass
+            self._incoming = None
+
+
+def _remove_quietly(path: str | None) -> None:
+    if path:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def make_serializer(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker):
+    """Replacement for pysyncobj.syncobj.Serializer (same signature): ours for a snapshot file
+    written by a forked child (every group of this service), stock for the other cases."""
+    if fileName is not None and tryUseFork and serializer is None and hasattr(os, "fork"):
+        return SnapshotSerializer(fileName, transmissionBatchSize)
+    return Serializer(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker)
+
+
+def install_snapshot_writer() -> None:
+    pysyncobj.syncobj.Serializer = make_serializer
