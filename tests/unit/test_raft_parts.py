@@ -373,7 +373,7 @@ def test_a_journal_whose_committed_entry_conflicts_with_its_snapshot_refuses_to_
     write_pysyncobj_dump(dump, last=(b"\x00", 4, 2), prev=(b"\x00", 3, 2))  # same index, other term
     with pytest.raises(DataDirRefused, match="conflicts with the committed entry at that index"):
         CompactionGuardedJournal(path, dump)
-    assert len(FileJournal(path)) == 5
+    assert len(CompactionGuardedJournal(path)) == 5
 
 
 # -- the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------------------

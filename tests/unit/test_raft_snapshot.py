@@ -10,7 +10,6 @@ import time
 import pysyncobj.pickle
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
-from pysyncobj.journal import FileJournal
 
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
 from queen_raft.raft.snapshot_file import (
@@ -102,7 +101,7 @@ def test_a_snapshot_older_than_the_journal_head_with_a_gap_refuses_to_start(tmp_
     assert str(snap) in message and "entries 4..6 are in neither" in message
     assert "wipe this node's data dir and restart it" in message
     assert raised.value.exit_code == EXIT_DATA_REFUSED == 65
-    assert [tuple(e) for e in FileJournal(path)] == ENTRIES[6:]  # nothing cleared
+    assert [tuple(e) for e in CompactionGuardedJournal(path)] == ENTRIES[6:]  # nothing cleared
 
 
 def test_a_damaged_snapshot_refuses_to_start(tmp_path):
