@@ -14,6 +14,7 @@ from jepsen import nemesis as nemesis_module
 from jepsen.generator import make_plan
 from jepsen.history import INFO, INVOKE, OK, Event, HistoryWriter, fault_windows, pair_operations
 from jepsen.nemesis import FAULT_DURATION_S, NEMESES, SNAPSHOT_FAULTS, Nemesis, PlannedFault, plan_faults
+from jepsen.run import CAMPAIGN, RunOptions, command_line
 from jepsen.snapshots import WriterWait
 from jepsen.workloads import make_workload
 
@@ -171,3 +172,13 @@ def test_a_snapshot_fault_still_waiting_when_the_run_ends_is_not_injected(monkey
 
     asyncio.run(go())
     assert waited == [True] and cluster.actions == [] and history.events == []
+
+
+def test_the_campaign_runs_both_snapshot_nemeses_twice_over_a_million_timers():
+    snapshot_runs = [(w, n, seed, pre) for w, n, seed, pre in CAMPAIGN if n in SNAPSHOT_FAULTS]
+    assert sorted((n, seed) for _, n, seed, _ in snapshot_runs) == [
+        ("kill-all-during-snapshot", 1), ("kill-all-during-snapshot", 2),
+        ("stop-all-during-snapshot", 1), ("stop-all-during-snapshot", 2)]
+    assert all(w == "timers" and pre >= 1_000_000 for w, _, _, pre in snapshot_runs)
+    assert all(pre >= 1_000_000 for w, n, _, pre in CAMPAIGN if (w, n) == ("timers", "mixed"))
+    assert command_line(RunOptions(preload=20000)).endswith("--preload 20000")
