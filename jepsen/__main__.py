@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--rate", type=float, default=20.0, help="client operations per second")
     run.add_argument("--concurrency", type=int, default=6, help="logical client processes")
     run.add_argument("--store", type=Path, default=STORE)
+    run.add_argument("--preload", type=int, default=0,
+                     help="timers to schedule far ahead before the run, read back at the end (jepsen/preload.py)")
     campaign = commands.add_parser("campaign", help="every workload under each nemesis, several seeds")
     campaign.add_argument("--duration", type=float, default=CAMPAIGN_DURATION_S)
     campaign.add_argument("--rate", type=float, default=20.0)
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         code, summary = run_once(RunOptions(args.workload, args.nemesis, args.seed, args.duration, args.rate,
-                                            args.concurrency, args.store))
+                                            args.concurrency, args.store, args.preload))
         print_summary(summary)
         print(f"report: {args.store / summary['run'] / 'report.md'}")
         return code

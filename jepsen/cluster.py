@@ -280,6 +280,30 @@ class Cluster:
             node.process.wait()
         return True
 
+    def stop_all(self, node_ids: list[str]) -> dict[str, str]:
+        """SIGTERM to every node at once, then waits for each to exit (SIGKILL after STOP_GRACE_S).
+        Says how each one ended: `exit <code>`, `killed after the grace period`, or `not running`."""
+        ended: dict[str, str] = {}
+        signalled = []
+        for node_id in node_ids:
+            node = self.nodes[node_id]
+            if node.paused:
+                self.resume(node_id)
+            if self._signal(node, signal.SIGTERM):
+                signalled.append(node_id)
+            else:
+                ended[node_id] = "not running"
+        deadline = time.monotonic() + STOP_GRACE_S
+        for node_id in signalled:
+            process = self.nodes[node_id].process
+            try:
+                ended[node_id] = f"exit {process.wait(max(0.0, deadline - time.monotonic()))}"
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+                ended[node_id] = "killed after the grace period"
+        return ended
+
     def pause(self, node_id: str) -> bool:
         node = self.nodes[node_id]
         if not self._signal(node, signal.SIGSTOP):

@@ -43,22 +43,23 @@ class RunPlan:
     concurrency: int
     ops: list[PlannedOp] = field(default_factory=list)
     faults: list[PlannedFault] = field(default_factory=list)
+    preload: int = 0
 
     def to_json(self) -> dict:
         return {
             "workload": self.workload, "nemesis": self.nemesis, "seed": self.seed,
-            "duration_s": self.duration_s, "rate": self.rate, "concurrency": self.concurrency,
+            "duration_s": self.duration_s, "rate": self.rate, "concurrency": self.concurrency, "preload": self.preload,
             "ops": [asdict(op) for op in self.ops], "faults": [asdict(fault) for fault in self.faults],
         }
 
 
 def make_plan(workload: Workload, nemesis: str, seed: int, duration_s: float, rate: float,
-              node_count: int, concurrency: int = DEFAULT_CONCURRENCY) -> RunPlan:
+              node_count: int, concurrency: int = DEFAULT_CONCURRENCY, preload: int = 0) -> RunPlan:
     ops_rng = random.Random(f"{seed}/ops/{workload.name}")
     fault_rng = random.Random(f"{seed}/faults/{nemesis}")
     return RunPlan(workload.name, nemesis, seed, duration_s, rate, concurrency,
                    workload.plan(ops_rng, duration_s, rate),
-                   plan_faults(fault_rng, nemesis, duration_s, node_count))
+                   plan_faults(fault_rng, nemesis, duration_s, node_count), preload)
 
 
 @dataclass

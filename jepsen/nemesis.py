@@ -20,6 +20,7 @@ from typing import Any
 from jepsen.cluster import Cluster
 from jepsen.history import NEMESIS_PROCESS, HistoryWriter
 from jepsen.network import bridge, grudge_links, isolate, majorities_ring, one_way
+from jepsen.snapshots import WriterWait, outliving, wait_for_writers
 
 KILL_FAULTS = ("kill-one", "kill-leader", "kill-all", "kill-follower-then-leader")
 PAUSE_FAULTS = ("pause-leader",)
@@ -27,6 +28,9 @@ PARTITION_FAULTS = ("partition-one", "partition-leader", "partition-ring", "part
                     "partition-leader-outbound")
 # clock-skew restarts nodes with an offset; clock-jump moves running nodes' clocks (the test route).
 CLOCK_FAULTS = ("clock-skew", "clock-jump")
+# Every node down while snapshot writers are running (see SNAPSHOT_WRITER_NODES), then every node
+# started again together: by kill -9, or by SIGTERM and a wait for each node to exit.
+SNAPSHOT_FAULTS = ("kill-all-during-snapshot", "stop-all-during-snapshot")
 NEMESES: dict[str, tuple[str, ...]] = {
     "none": (),
     "kill": KILL_FAULTS,
@@ -34,7 +38,9 @@ NEMESES: dict[str, tuple[str, ...]] = {
     "pause": PAUSE_FAULTS,
     "partition": PARTITION_FAULTS,
     "clock": CLOCK_FAULTS,
-    "mixed": KILL_FAULTS + PAUSE_FAULTS + PARTITION_FAULTS + CLOCK_FAULTS,
+    "kill-all-during-snapshot": ("kill-all-during-snapshot",),
+    "stop-all-during-snapshot": ("stop-all-during-snapshot",),
+    "mixed": KILL_FAULTS + PAUSE_FAULTS + PARTITION_FAULTS + CLOCK_FAULTS + SNAPSHOT_FAULTS,
 }
 
 # How long each fault stays in force (s). A pause must outlast the election timeout (0.2-0.6 s) and,
@@ -54,6 +60,10 @@ FAULT_DURATION_S = {
     "partition-leader-outbound": (3.0, 8.0),
     "clock-skew": (5.0, 10.0),
     "clock-jump": (5.0, 10.0),
+    # Down time before the restart: short, so the new processes start while the old writers may
+    # still be renaming their snapshots into place.
+    "kill-all-during-snapshot": (0.5, 3.0),
+    "stop-all-during-snapshot": (0.0, 1.0),
 }
 # Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
 # that had a chance to recover, and the lateness checker has quiet periods to compare with.
@@ -67,6 +77,12 @@ FOLLOWER_FIRST_HEAD_START_S = 1.5
 SKEW_EXPONENTS = (2, 16)
 # A restarted node must answer /health within this before the next step of a fault goes on.
 RESTART_ANSWER_S = 20.0
+# A snapshot fault acts once this many nodes have a snapshot writer running (the issue's reproduction
+# waited for two of three), or when SNAPSHOT_WAIT_S has passed without that: then it acts anyway and
+# its record says `during_snapshot: false`. The harness's compaction setting (run.py) makes a
+# snapshot start every few tens of seconds under the workloads' load.
+SNAPSHOT_WRITER_NODES = 2
+SNAPSHOT_WAIT_S = 30.0
 
 
 @dataclass
@@ -113,6 +129,7 @@ class Nemesis:
         self._skewed: set[str] = set()
         self._jumped: set[str] = set()
         self._paused: set[str] = set()
+        self._writer_wait: WriterWait | None = None
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -121,11 +138,23 @@ class Nemesis:
         for fault in planned:
             if not await _sleep_until(loop, started_mono + fault.at_s, stop):
                 return
+            end = started_mono + fault.at_s + fault.duration_s
+            if fault.fault in SNAPSHOT_FAULTS:
+                self._writer_wait = await asyncio.to_thread(self.wait_for_writers, stop.is_set)
+                if stop.is_set() and not self._writer_wait.found:
+                    return  # the clients are done: a fault now would meet no operation
+                end = loop.time() + fault.duration_s  # the wait moved the start
             done = await self._start(fault)
             if not done:
                 continue
-            await _sleep_until(loop, started_mono + fault.at_s + fault.duration_s, stop)
+            await _sleep_until(loop, end, stop)
             await self._stop(fault)
+
+    def wait_for_writers(self, stopped=lambda: False) -> WriterWait:
+        """Blocks until SNAPSHOT_WRITER_NODES running nodes have a snapshot writer, or SNAPSHOT_WAIT_S."""
+        pids = {node: self.cluster.nodes[node].pid for node in self.cluster.node_ids
+                if self.cluster.nodes[node].alive() and not self.cluster.nodes[node].paused}
+        return wait_for_writers(pids, SNAPSHOT_WRITER_NODES, SNAPSHOT_WAIT_S, stop=stopped)
 
     async def record(self, fault: str, phase: str, action) -> dict:
         invocation = self.history.invoke(NEMESIS_PROCESS, fault, {"fault": fault, "phase": phase})
@@ -188,6 +217,8 @@ class Nemesis:
                 self.cluster.kill(node)
                 self._killed.add(node)
             return {"nodes": ids}
+        if kind in SNAPSHOT_FAULTS:
+            return self._all_down_during_snapshot(kind)
         if kind == "pause-leader":
             node, leader = self._leader_or_drawn(draws)
             self.cluster.pause(node)
@@ -239,6 +270,18 @@ class Nemesis:
             return detail
         raise ValueError(f"unknown fault {kind!r}")
 
+    def _all_down_during_snapshot(self, kind: str) -> dict:
+        ids = self.cluster.node_ids
+        wait = self._writer_wait or WriterWait(False, 0.0, 0)
+        leader = self.cluster.leader()
+        if kind == "kill-all-during-snapshot":
+            ended = {node: "killed" if self.cluster.kill(node) else "not running" for node in ids}
+        else:
+            ended = self.cluster.stop_all(ids)
+        self._killed.update(ids)
+        return {"nodes": ids, "leader": leader, **wait.to_json(), "ended": ended,
+                "writers_outliving_nodes": outliving(wait.writers)}
+
     def _restart(self, node: str, offset: int) -> None:
         self.cluster.restart(node, clock_offset_ms=offset, hard=True)
         self.cluster.wait_answering(node, RESTART_ANSWER_S)
@@ -256,12 +299,18 @@ class Nemesis:
             self._killed.clear()
             self._killed_order.clear()
             return {"restarted": order}
-        if kind.startswith("kill"):
+        if kind.startswith("kill") or kind in SNAPSHOT_FAULTS:
+            # Every node of kill-all and the snapshot faults is started at once: the new processes
+            # read their journals and snapshots while any writer left behind may still be renaming.
+            writers_left = outliving(self._writer_wait.writers) if kind in SNAPSHOT_FAULTS and self._writer_wait else None
             restarted = sorted(self._killed)
             for node in restarted:
                 self.cluster.start(node)
             self._killed.clear()
-            return {"restarted": restarted}
+            detail: dict = {"restarted": restarted}
+            if writers_left is not None:
+                detail["writers_alive_at_restart"] = writers_left
+            return detail
         if kind == "pause-leader":
             resumed = sorted(self._paused)
             for node in resumed:

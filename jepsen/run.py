@@ -13,19 +13,21 @@ import shlex
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
 
+from jepsen import preload
 from jepsen.checkers import overall_valid
-from jepsen.client import HistoryClient, open_session
-from jepsen.cluster import TENANT, TOKEN_READ_WRITE, Cluster
+from jepsen.client import HistoryClient, NodeClient, open_session
+from jepsen.cluster import TENANT, TOKEN_ADMIN, TOKEN_READ_WRITE, Cluster, ClusterSpec
 from jepsen.generator import DEFAULT_CONCURRENCY, RunPlan, final_phase, make_plan, run_clients
 from jepsen.history import HistoryWriter, fault_windows, pair_operations
-from jepsen.nemesis import Nemesis
+from jepsen.nemesis import SNAPSHOT_FAULTS, Nemesis
 from jepsen.report import (CONSUMER_PROCESS_BASE, draw_timeline, point_latest, render_markdown, summarize, verdict_word,
                            write_results)
+from jepsen.snapshots import snapshot_fault_notes
 from jepsen.workloads import make_workload
 from jepsen.workloads.messages import Consumer
 
@@ -34,6 +36,11 @@ STORE = Path(__file__).resolve().parent / "store"
 BOOT_TIMEOUT_S = 60.0
 # Connections the harness may hold open at once (clients + long-polling consumers + final reads).
 HTTP_CONNECTION_LIMIT = 64
+# Settings of every harness cluster. A snapshot starts once the log holds this many entries past the
+# last one (the default, 2000, is a minute or more of a run's load): a run then sees several
+# snapshots, and the snapshot nemeses find writers running within seconds. The pending-timer quota
+# is set far above any preload, so a default quota can never refuse one.
+HARNESS_SETTINGS = {"log_compaction_min_entries": 500, "timers_max_pending": 5_000_000}
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
@@ -49,6 +56,7 @@ class RunOptions:
     rate: float = 20.0
     concurrency: int = DEFAULT_CONCURRENCY
     store: Path = STORE
+    preload: int = 0  # timers scheduled far ahead before the run (jepsen/preload.py)
 
 
 def exit_code(valid: bool | None) -> int:
@@ -65,7 +73,7 @@ def command_line(options: RunOptions) -> str:
         "python", "-m", "jepsen", "run", "--workload", options.workload, "--nemesis", options.nemesis,
         "--seed", str(options.seed), "--duration", f"{options.duration_s:g}", "--rate", f"{options.rate:g}",
         "--concurrency", str(options.concurrency),
-    ])
+    ] + (["--preload", str(options.preload)] if options.preload else []))
 
 
 async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: HistoryWriter,
@@ -76,6 +84,11 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
     async with open_session(HTTP_CONNECTION_LIMIT) as session:
         client = HistoryClient(session, history, urls, TOKEN_READ_WRITE)
         notes += await workload.setup(client, "setup")
+        loaded = None
+        if options.preload:
+            loaded = await preload.preload(client, options.preload, cluster.leader)
+            notes.append(f"preload: {loaded.acknowledged} of {options.preload} timers acknowledged in "
+                         f"{loaded.seconds:.1f} s ({loaded.calls} calls of up to {preload.OPS_PER_CALL})")
         stop = asyncio.Event()
         consumers: list[Consumer] = []
         stride = 1000  # consumer process ids live above the clients' and never collide
@@ -98,6 +111,12 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
         for consumer in consumers:
             consumer.stopped.set()
         await asyncio.gather(*consumer_tasks)
+        if loaded is not None:
+            admin = {node.id: NodeClient(session, node.base_url, TOKEN_ADMIN) for node in cluster.nodes.values()}
+            read = await preload.read_back(client, admin, await asyncio.to_thread(cluster.leader) or cluster.node_ids[0])
+            final.state["preload"] = {"result": loaded.to_json(), "read": asdict(read)}
+            final.notes.append(f"preload read back in {read.seconds:.1f} s ({read.pages} pages)"
+                               + (f": {read.problem}" if read.problem else ""))
         return workload, final
 
 
@@ -108,9 +127,9 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
     run_dir.mkdir(parents=True)
     point_latest(options.store, run_dir)
     workload = make_workload(options.workload)
-    cluster = Cluster(run_dir)
+    cluster = Cluster(run_dir, ClusterSpec(settings=dict(HARNESS_SETTINGS)))
     plan = make_plan(workload, options.nemesis, options.seed, options.duration_s, options.rate,
-                     len(cluster.node_ids), options.concurrency)
+                     len(cluster.node_ids), options.concurrency, options.preload)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=1) + "\n", encoding="utf-8")
     history = HistoryWriter(run_dir / "history.jsonl")
     notes: list[str] = []
@@ -128,7 +147,7 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
                                                 encoding="utf-8")
             operations = pair_operations(history.events)
             log_complete = not any("fetch" in note for note in final.notes)
-            properties = workload.check(operations, fault_windows(history.events), final)
+            properties = judge(workload, operations, fault_windows(history.events), final)
             if not log_complete:
                 notes.append("the final read of the log was incomplete: loss checks are not judged as passes")
     except Exception:
@@ -138,6 +157,7 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
         cluster.close()
     (run_dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1) + "\n", encoding="utf-8")
     operations = pair_operations(history.events)
+    notes += snapshot_fault_notes(history.events, SNAPSHOT_FAULTS)
     summary = summarize(name, plan.to_json(), command_line(options), properties, operations, history.events, notes)
     if not properties:
         summary["valid"] = None
@@ -161,12 +181,21 @@ def recheck(run_dir: Path) -> tuple[int, dict]:
     final = FinalReads(logs=stored["logs"], notes=stored["notes"], replica_logs=stored.get("replica_logs", {}),
                        state=stored.get("state", {}))
     operations = pair_operations(events)
-    properties = make_workload(summary["workload"]).check(operations, fault_windows(events), final)
+    properties = judge(make_workload(summary["workload"]), operations, fault_windows(events), final)
     summary["properties"] = properties
     summary["valid"] = overall_valid(properties)
     write_results(run_dir, summary)
     (run_dir / "report.md").write_text(render_markdown(summary, summary.get("timeline", "")), encoding="utf-8")
     return exit_code(summary["valid"]), summary
+
+
+def judge(workload, operations, windows, final) -> dict:
+    """The workload's properties, plus preload_retained when the run preloaded timers."""
+    properties = workload.check(operations, windows, final)
+    loaded = final.state.get("preload")
+    if loaded:
+        properties["preload_retained"] = preload.check_preload_retained(loaded["result"], loaded["read"])
+    return properties
 
 
 def _fire_points(properties: dict) -> list[tuple[int, int]]:
@@ -192,13 +221,16 @@ def print_summary(summary: dict, stream=sys.stdout) -> None:
         print(f"  note: {note.strip()[:300]}", file=stream)
 
 
-# The full campaign: every workload under each nemesis it is meant for, several seeds; each run is
-# about duration + 20-90 s of final phase, so this stays well under an hour.
+# The full campaign: every workload under each nemesis it is meant for, several seeds, as
+# (workload, nemesis, seed, preload). Each run is about duration + 20-90 s of final phase; a run over
+# a preloaded million timers adds about a minute to load them and a minute to read them back.
+CAMPAIGN_PRELOAD = 1_000_000
 CAMPAIGN = (
-    [("timers", nemesis, seed) for nemesis in ("kill", "pause", "partition", "clock", "mixed") for seed in (1, 2)]
-    + [("queue", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
-    + [("dedup", nemesis, 1) for nemesis in ("kill", "mixed")]
-    + [("txn", nemesis, 1) for nemesis in ("kill", "partition", "mixed")]
+    [("timers", nemesis, seed, 0) for nemesis in ("kill", "pause", "partition", "clock") for seed in (1, 2)]
+    + [("timers", nemesis, seed, CAMPAIGN_PRELOAD) for nemesis in ("mixed",) + SNAPSHOT_FAULTS for seed in (1, 2)]
+    + [("queue", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]
+    + [("dedup", nemesis, 1, 0) for nemesis in ("kill", "mixed")]
+    + [("txn", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]
 )
 CAMPAIGN_DURATION_S = 60.0
 
@@ -206,8 +238,9 @@ CAMPAIGN_DURATION_S = 60.0
 def run_campaign(duration_s: float = CAMPAIGN_DURATION_S, rate: float = 20.0, store: Path = STORE) -> int:
     rows = []
     worst = EXIT_VALID
-    for workload, nemesis, seed in CAMPAIGN:
-        code, summary = run_once(RunOptions(workload, nemesis, seed, duration_s, rate, store=store))
+    for workload, nemesis, seed, preloaded in CAMPAIGN:
+        code, summary = run_once(RunOptions(workload, nemesis, seed, duration_s, rate, store=store,
+                                            preload=preloaded))
         print_summary(summary)
         worst = max(worst, code)
         rows.append(summary)

@@ -1,9 +1,21 @@
-"""Plans are reproducible from the seed; histories pair invocations with completions."""
+"""Plans are reproducible from the seed; histories pair invocations with completions; the snapshot
+nemeses wait for writers, down every node and start them all together."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import random
+import time
+
+import pytest
+
+from jepsen import nemesis as nemesis_module
 from jepsen.generator import make_plan
-from jepsen.history import INFO, INVOKE, OK, Event, pair_operations
+from jepsen.history import INFO, INVOKE, OK, Event, HistoryWriter, fault_windows, pair_operations
+from jepsen.nemesis import FAULT_DURATION_S, NEMESES, SNAPSHOT_FAULTS, Nemesis, PlannedFault, plan_faults
+from jepsen.run import CAMPAIGN, RunOptions, command_line
+from jepsen.snapshots import WriterWait
 from jepsen.workloads import make_workload
 
 
@@ -35,3 +47,138 @@ def test_pairing_and_an_unfinished_invocation_becomes_open_info():
     ]
     operations = pair_operations(events)
     assert [(op.process, op.type, op.complete_time) for op in operations] == [(1, OK, 12), (2, INFO, None)]
+
+
+# -- the snapshot nemeses --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SNAPSHOT_FAULTS)
+def test_a_snapshot_nemesis_plans_only_its_fault_with_a_short_down_time(name):
+    planned = plan_faults(random.Random(f"1/faults/{name}"), name, 120, 3)
+    assert planned and {fault.fault for fault in planned} == {name}
+    low, high = FAULT_DURATION_S[name]
+    assert all(low <= fault.duration_s <= high for fault in planned)
+
+
+def test_mixed_draws_both_snapshot_faults_across_seeds():
+    assert set(SNAPSHOT_FAULTS) <= set(NEMESES["mixed"])
+    drawn = {fault.fault for seed in range(1, 6) for fault in plan_faults(random.Random(f"{seed}/faults/mixed"),
+                                                                             "mixed", 120, 3)}
+    assert set(SNAPSHOT_FAULTS) <= drawn
+
+
+class _FakeNode:
+    def __init__(self, pid: int) -> None:
+        self.pid, self.paused, self.running = pid, False, True
+
+    def alive(self) -> bool:
+        return self.running
+
+
+class _FakeCluster:
+    """Records what the nemesis did, in order."""
+
+    def __init__(self) -> None:
+        self.nodes = {f"n{i}": _FakeNode(100 + i) for i in (1, 2, 3)}
+        self.actions: list[tuple] = []
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self.nodes)
+
+    def leader(self):
+        return "n2"
+
+    def kill(self, node):
+        self.actions.append(("kill", node))
+        self.nodes[node].running = False
+        return True
+
+    def stop_all(self, nodes):
+        self.actions.append(("stop_all", tuple(nodes)))
+        for node in nodes:
+            self.nodes[node].running = False
+        return {node: "exit 0" for node in nodes}
+
+    def start(self, node):
+        self.actions.append(("start", node))
+        self.nodes[node].running = True
+
+
+def _run_one_fault(monkeypatch, tmp_path, fault: str, wait: WriterWait) -> tuple[_FakeCluster, list]:
+    asked = []
+
+    def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False):
+        asked.append((dict(pids), min_nodes))
+        return wait
+
+    monkeypatch.setattr(nemesis_module, "wait_for_writers", fake_wait)
+    cluster = _FakeCluster()
+    history = HistoryWriter(tmp_path / "history.jsonl")
+    nemesis = Nemesis(cluster, history)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        await nemesis.run([PlannedFault(0.0, fault, 0.05, {})], loop.time(), asyncio.Event())
+
+    asyncio.run(go())
+    history.close()
+    assert asked == [({"n1": 101, "n2": 102, "n3": 103}, nemesis_module.SNAPSHOT_WRITER_NODES)]
+    return cluster, history.events
+
+
+@pytest.mark.parametrize("fault, down", [("kill-all-during-snapshot", [("kill", "n1"), ("kill", "n2"), ("kill", "n3")]),
+                                         ("stop-all-during-snapshot", [("stop_all", ("n1", "n2", "n3"))])])
+def test_a_snapshot_fault_downs_every_node_then_starts_all_together(monkeypatch, tmp_path, fault, down):
+    # os.getpid() stands for a writer that is still running after its node went down.
+    wait = WriterWait(True, 0.25, 4, {"n1": [os.getpid()], "n2": [2 ** 22 + 7], "n3": []})
+    cluster, events = _run_one_fault(monkeypatch, tmp_path, fault, wait)
+    assert cluster.actions == down + [("start", "n1"), ("start", "n2"), ("start", "n3")]
+    start, stop = [event.value for event in events if event.type == "info"]
+    assert start["during_snapshot"] is True and start["writers"] == {"n1": [os.getpid()], "n2": [2 ** 22 + 7]}
+    assert start["writers_outliving_nodes"] == {"n1": [os.getpid()]}
+    assert set(start["ended"]) == {"n1", "n2", "n3"} and start["leader"] == "n2"
+    assert stop["restarted"] == ["n1", "n2", "n3"] and stop["writers_alive_at_restart"] == {"n1": [os.getpid()]}
+    windows = fault_windows(events)
+    assert [w.fault for w in windows] == [fault] and windows[0].end_time is not None
+
+
+def test_a_snapshot_fault_that_found_no_writer_still_acts_and_says_so(monkeypatch, tmp_path):
+    cluster, events = _run_one_fault(monkeypatch, tmp_path, "kill-all-during-snapshot", WriterWait(False, 30.0, 900))
+    assert [a for a in cluster.actions if a[0] == "kill"] == [("kill", "n1"), ("kill", "n2"), ("kill", "n3")]
+    start = [event.value for event in events if event.type == "info"][0]
+    assert start["during_snapshot"] is False and start["writers"] == {} and start["writers_outliving_nodes"] == {}
+
+
+def test_a_snapshot_fault_still_waiting_when_the_run_ends_is_not_injected(monkeypatch, tmp_path):
+    cluster = _FakeCluster()
+    history = HistoryWriter(None)
+    waited = []
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False):
+            waited.append(True)
+            loop.call_soon_threadsafe(stop_event.set)  # the clients finish while it waits
+            time.sleep(0.05)
+            return WriterWait(False, 0.05, 3)
+
+        stop_event = stop
+        monkeypatch.setattr(nemesis_module, "wait_for_writers", fake_wait)
+        await Nemesis(cluster, history).run([PlannedFault(0.0, "stop-all-during-snapshot", 0.05, {})],
+                                            loop.time(), stop)
+
+    asyncio.run(go())
+    assert waited == [True] and cluster.actions == [] and history.events == []
+
+
+def test_the_campaign_runs_both_snapshot_nemeses_twice_over_a_million_timers():
+    snapshot_runs = [(w, n, seed, pre) for w, n, seed, pre in CAMPAIGN if n in SNAPSHOT_FAULTS]
+    assert sorted((n, seed) for _, n, seed, _ in snapshot_runs) == [
+        ("kill-all-during-snapshot", 1), ("kill-all-during-snapshot", 2),
+        ("stop-all-during-snapshot", 1), ("stop-all-during-snapshot", 2)]
+    assert all(w == "timers" and pre >= 1_000_000 for w, _, _, pre in snapshot_runs)
+    assert all(pre >= 1_000_000 for w, n, _, pre in CAMPAIGN if (w, n) == ("timers", "mixed"))
+    assert command_line(RunOptions(preload=20000)).endswith("--preload 20000")
