@@ -7,7 +7,6 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-import zstandard
 from aiohttp import web
 
 from queen_raft.api.auth import Access, Principal, require
@@ -19,6 +18,7 @@ from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.config import Settings
+from queen_raft.state.timers import decompress_bounded as zstd_decompress_bounded
 
 BAD_REQUEST = "timers_bad_request"
 UNAVAILABLE = "timers_unavailable"
@@ -318,14 +318,13 @@ def encrypt_op(serving: ServingNode, op: dict) -> dict:
 
 
 def decompress_bounded(data: bytes, limit: int) -> bytes:
-    try:
-        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
-            out = reader.read(limit + 1)
-    except zstandard.ZstdError as exc:
-        raise bad_request(f"payloadZstd: the payload does not decompress ({exc})") from None
-    if len(out) > limit:
+    """The state machine's own bounded decompression (what the fire would do), its refusals as answers."""
+    decoded = zstd_decompress_bounded(data, limit)
+    if decoded == "payload_too_large":
         raise ApiError(413, "payload_too_large", f"the decompressed payload is over {limit} bytes")
-    return out
+    if isinstance(decoded, str):
+        raise bad_request("payloadZstd: the payload does not decompress")
+    return decoded
 
 
 async def post_timers(request: web.Request) -> web.Response:
