@@ -31,8 +31,8 @@ RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EN
 class ClientErrorLog:
     """Counts events by kind; logs a summary at most once per `interval_s`. Thread-safe."""
 
-    def __init__(self, logger: logging.Logger, what: str = "client errors", interval_s: float = INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, logger: logging.Logger, what: str = "client and connection errors",
+                 interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.logger = logger
         self.what = what
         self.interval_s = interval_s

@@ -132,7 +132,8 @@ def test_idle_connections_and_malformed_requests_leave_the_node_serving(tmp_path
         ordered = sorted(latencies)
         worst, p95, median = ordered[-1], ordered[int(0.95 * (len(ordered) - 1))], ordered[len(ordered) // 2]
         print(f"\n{CONNECTIONS} idle connections ({sum(opened)} connected), bound {MAX_CONNECTIONS}, "
-              f"{sent} malformed requests: /health median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, worst {worst * 1000:.1f} ms over {len(latencies)} probes, "
+              f"{sent} malformed requests: /health median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
+              f"worst {worst * 1000:.1f} ms over {len(latencies)} probes, "
               f"peak fds {peak_fds} (bound {fd_bound}), log +{log_growth} bytes")
         assert cluster.running("n1")
         if HEALTH_STAT == "max":
@@ -155,3 +156,40 @@ def _reported(holder: subprocess.Popen, opened: list[int]) -> bool:
             holder.reported = True
             return True
     return False
+
+
+def test_a_node_out_of_descriptors_logs_a_count_and_recovers(tmp_path):
+    """The node's open-file limit is cut to just above what it holds, then more connections come
+    than it can accept: asyncio's accept fails with EMFILE and retries. That is counted in one log
+    line (no traceback each retry), and once the connections go the node serves, and fires, again."""
+    import base64
+    import resource
+
+    with running_cluster(tmp_path, node_count=1) as cluster:
+        pid, port = cluster.processes["n1"].pid, cluster.http_ports["n1"]
+        log_path = cluster.log_path("n1")
+        log_before = log_path.stat().st_size
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (fd_count(pid) + 8, hard))
+        try:
+            held = [socket.create_connection(("127.0.0.1", port), timeout=5.0) for _ in range(64)]
+            deadline = time.monotonic() + 30.0
+            while b"EMFILE" not in log_path.read_bytes()[log_before:]:
+                assert time.monotonic() < deadline, cluster.log_tail("n1")
+                time.sleep(0.1)
+            time.sleep(2.5)  # asyncio retries the accept each second: two more failures at least
+            for sock in held:
+                sock.close()
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        assert health_latency(port) < 5.0
+        rw = "acme-rw-test"
+        status, _, body = cluster.call("n1", "POST", "/api/v1/timers", rw, {"operations": [{
+            "op": "schedule", "queue": "after-emfile", "timerKey": "k", "delayMs": 100, "txn": "t1",
+            "payload": base64.b64encode(b'{"n":1}').decode()}]})
+        assert status == 200, body
+        status, _, body = cluster.call("n1", "GET", "/api/v1/pop/queue/after-emfile?wait=true&timeout=5000", rw)
+        assert status == 200 and len(body["messages"]) == 1, body
+        grown = log_path.read_bytes()[log_before:]
+        assert b"Traceback" not in grown, cluster.log_tail("n1")
+        assert grown.count(b"EMFILE") <= 3, cluster.log_tail("n1")
