@@ -5,8 +5,9 @@ the asyncio server accepts as long as the kernel hands it sockets: enough idle o
 exhaust the process's file descriptors, and then every accept, journal open and Raft dial fails.
 
 `ConnectionLimiter` wraps each aiohttp protocol and keeps the node at `http_max_connections` open
-connections (plus at most the listen backlog accepted in one loop iteration, closed before the
-next):
+connections, plus at most two listen backlogs in transit (asyncio accepts up to a backlog of
+sockets per loop iteration and makes their protocols in the next, where each closes the
+longest-idle connection, whose descriptor is released one iteration later):
 - a connection is *busy* while a route handles one of its requests, else *idle* (waiting for a
   request, part-way through a request head, or kept alive between requests);
 - a new connection at the bound closes the longest-idle connection, as nginx does with its
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # How often idle connections are checked for an overdue request head.
 HEADER_SWEEP_S = 1.0
-LISTEN_BACKLOG = 512
+LISTEN_BACKLOG = 256
 # File descriptors the node needs besides HTTP connections: per tenant its Raft listener, peer
 # connections both ways, journal and snapshot files; plus the loop, logs and imports.
 FD_RESERVE_BASE = 128
@@ -213,7 +214,7 @@ class LimitedSite(web.BaseSite):
 def fit_connection_limit(wanted: int, tenants: int) -> int:
     """The connection bound this process can hold: raises the soft open-file limit towards the hard
     one as far as `wanted` needs, and lowers the bound (logged) when the hard limit is too low."""
-    reserve = FD_RESERVE_BASE + FD_RESERVE_PER_TENANT * tenants + LISTEN_BACKLOG
+    reserve = FD_RESERVE_BASE + FD_RESERVE_PER_TENANT * tenants + 2 * LISTEN_BACKLOG
     needed = wanted + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:

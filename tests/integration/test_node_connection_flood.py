@@ -51,7 +51,7 @@ LOG_GROWTH_MAX_BYTES = 1_000_000
 # accepted in one loop iteration (their protocol is made in the next, closing the longest idle),
 # and the closed ones (released one iteration later).
 FD_SLACK = 32
-LISTEN_BACKLOG = 512
+LISTEN_BACKLOG = 256
 HOLDERS_TIMEOUT_S = 180.0
 SETTLE_PROBES = 30
 PRIORITY_NICE = -10  # probes after every idle connection is open

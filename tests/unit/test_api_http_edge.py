@@ -265,3 +265,17 @@ async def test_an_idle_keep_alive_connection_is_closed():
         assert await closed_by_server(reader)
         assert time.monotonic() - started < 3.0
         writer.close()
+
+
+def test_the_connection_bound_raises_the_open_file_limit_or_is_lowered_to_fit_it(monkeypatch, caplog):
+    from queen_raft.api import connections
+
+    limits = {"soft": 1024, "hard": 100_000}
+    monkeypatch.setattr(connections.resource, "getrlimit", lambda _: (limits["soft"], limits["hard"]))
+    monkeypatch.setattr(connections.resource, "setrlimit", lambda _, pair: limits.update(soft=pair[0]))
+    reserve = connections.FD_RESERVE_BASE + 2 * connections.FD_RESERVE_PER_TENANT + 2 * connections.LISTEN_BACKLOG
+    assert connections.fit_connection_limit(4096, tenants=2) == 4096
+    assert limits["soft"] == 4096 + reserve
+    limits.update(soft=1024, hard=1024)
+    assert connections.fit_connection_limit(4096, tenants=2) == 1024 - reserve > 256
+    assert "does not fit the open-file limit" in caplog.text
