@@ -234,6 +234,7 @@ async def serve(process: NodeProcess) -> None:
     finally:
         key_check.cancel()
         await runner.cleanup()
+        app[CLIENT_ERRORS_KEY].flush()  # the counts of the last interval
         for group in process.groups.values():
             await group.stop()
 

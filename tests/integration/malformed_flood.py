@@ -1,5 +1,6 @@
 """Sends malformed requests to host:port, one connection each, back to back, until stdin closes;
-then prints "sent <n>".
+then prints "sent <n>". Every fifth connection is a client leaving mid-body: an authenticated
+(argv[3], a read-write token) POST whose body stops short, then the socket closes.
 
 Run as a child process by the connection-flood test, so that its loop does not compete for the
 test process's GIL with the /health probe it measures.
@@ -19,15 +20,23 @@ MALFORMED = [
 ]
 
 
-def main(host: str, port: int) -> None:
+def leave_mid_body(token: str) -> bytes:
+    return (f"POST /api/v1/timers HTTP/1.1\r\nHost: n\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"operations\": [").encode()
+
+
+def main(host: str, port: int, token: str) -> None:
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     sent = 0
     while not stop.is_set():
         try:
             with socket.create_connection((host, port), timeout=2.0) as sock:
-                sock.sendall(MALFORMED[sent % len(MALFORMED)])
-                sock.recv(4096)
+                if sent % 5 == 4:
+                    sock.sendall(leave_mid_body(token))
+                else:
+                    sock.sendall(MALFORMED[sent % 5])
+                    sock.recv(4096)
         except OSError:
             pass
         sent += 1
@@ -35,4 +44,4 @@ def main(host: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixture import REPO, running_cluster
+from cluster_fixture import REPO, running_cluster, token
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,8 @@ def favour_over_the_machine(node_pid: int) -> None:
 
 
 def start_flood(port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(Path(__file__).with_name("malformed_flood.py")), "127.0.0.1", str(port)],
+    script = str(Path(__file__).with_name("malformed_flood.py"))
+    return subprocess.Popen([sys.executable, script, "127.0.0.1", str(port), token("acme", "read-write")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
 
 

@@ -176,7 +176,8 @@ async def wait_for(condition, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_client_gone_mid_body_is_counted_not_logged_with_a_traceback(caplog):
+@pytest.mark.parametrize("leave", ["reset", "close"])
+async def test_a_client_gone_mid_body_is_counted_not_logged_with_a_traceback(caplog, leave):
     caplog.set_level(logging.DEBUG)
     async with NodeSite() as node:
         errors = node.errors
@@ -184,7 +185,10 @@ async def test_a_client_gone_mid_body_is_counted_not_logged_with_a_traceback(cap
         writer.write(post_head(TIMERS, 1000, token="acme-rw") + b'{"operations"')
         await writer.drain()
         await asyncio.sleep(0.05)  # the route is reading the body now
-        writer.transport.abort()
+        if leave == "reset":
+            writer.transport.abort()
+        else:
+            writer.close()
         await wait_for(lambda: errors.totals or tracebacks(caplog), "the server to notice the client left")
     assert not tracebacks(caplog), tracebacks(caplog)
     assert errors.totals["client disconnected mid-request"] == 1
