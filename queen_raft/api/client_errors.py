@@ -2,9 +2,9 @@
 
 A malformed request, a client gone mid-body or a connection shed at the limit is the client's
 business; a traceback for each, as aiohttp and asyncio log them, lets a flood of them fill the disk
-(tens of MB a minute) and bury the node's own messages. Each kind is counted instead, and one
-warning line per interval carries the counts and the latest detail. The first event after a quiet
-interval is logged at once, so a lone mistake is still visible when it happens.
+and bury the node's own messages. Each kind is counted instead, and one warning line per interval
+carries the counts and the latest detail. The first event after a quiet interval is logged at
+once, so a lone mistake is still visible when it happens; the node logs what is left at its stop.
 
 Exceptions that are not the client's (a bug in a route) still reach the log with their traceback.
 """

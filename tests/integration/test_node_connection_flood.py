@@ -12,7 +12,7 @@ interval, no traceback per request or per failed accept).
 /health is probed on a new connection each time, so each probe also proves a client gets in.
 Its budget applies to every probe (FLOOD_HEALTH_STAT=max, `make test-flood`) or, by default in
 `make test`, to the 95th percentile with every probe under HEALTH_CEILING_S: a shared CI machine
-(other suites, run queues of 10+ on 2 cores) delays single probes by a scheduling quantum or two
+(other suites running at once) delays single probes by a scheduling quantum or two
 whatever the node does, while a node that stops accepting fails both (a probe whose SYN is
 dropped waits a 1 s retransmit).
 
