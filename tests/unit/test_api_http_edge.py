@@ -283,3 +283,30 @@ def test_the_connection_bound_raises_the_open_file_limit_or_is_lowered_to_fit_it
     limits.update(soft=1024, hard=1024)
     assert connections.fit_connection_limit(4096, tenants=2) == 1024 - reserve > 256
     assert "does not fit the open-file limit" in caplog.text
+
+
+def test_out_of_descriptor_tracebacks_of_the_tick_thread_and_the_loop_are_counted(caplog):
+    import errno
+
+    from queen_raft.api.client_errors import ClientErrorLog, CountResourceErrors, loop_exception_handler
+
+    caplog.set_level(logging.DEBUG)
+    errors = ClientErrorLog(logging.getLogger("test.client_errors"))
+    tick_log = logging.getLogger("test.pysyncobj")
+    tick_log.addFilter(CountResourceErrors(errors))
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    for _ in range(50):
+        try:
+            raise emfile
+        except OSError:
+            tick_log.exception("failed _onTick in _autoTickThread")
+    handler = loop_exception_handler(errors)
+    loop = asyncio.new_event_loop()
+    try:
+        for _ in range(50):
+            handler(loop, {"message": "socket.accept() out of system resource", "exception": emfile})
+    finally:
+        loop.close()
+    assert errors.totals["out of resources (EMFILE)"] == 100
+    assert not tracebacks(caplog)
+    assert len([r for r in caplog.records if r.name == "test.client_errors"]) == 1
