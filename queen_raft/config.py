@@ -168,6 +168,15 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     # larger than the body plus ids and framing, so 6 MiB leaves the room.
     _SettingSpec("http_max_body_bytes", "QUEEN_HTTP_MAX_BODY_BYTES", HTTP_MAX_BODY_CEILING, _parse_int,
                  lambda v: _int_at_least(1024)(v) or (None if v <= HTTP_MAX_BODY_CEILING else f"must be <= {HTTP_MAX_BODY_CEILING}")),
+    # HTTP connections (queen_raft/api/connections.py): at most this many open at once; a new one
+    # past it closes the longest-idle connection, or is answered 503 when every one is mid-request.
+    _SettingSpec("http_max_connections", "QUEEN_HTTP_MAX_CONNECTIONS", 4096, _parse_int, _int_at_least(16)),
+    # An idle keep-alive connection is closed after this long without a request.
+    _SettingSpec("http_keepalive_timeout_s", "QUEEN_HTTP_KEEPALIVE_TIMEOUT_S", 60.0, _parse_float, _positive_float),
+    # A request head (request line and headers) must arrive within this from its first byte.
+    _SettingSpec("http_header_timeout_s", "QUEEN_HTTP_HEADER_TIMEOUT_S", 10.0, _parse_float, _positive_float),
+    # A request body must arrive within this once its route reads it (408 past it).
+    _SettingSpec("http_body_timeout_s", "QUEEN_HTTP_BODY_TIMEOUT_S", 30.0, _parse_float, _positive_float),
 )
 
 
@@ -199,6 +208,10 @@ class Settings:
     sweeper_transient_backoff_ms: int = 1000
     encryption_key: str | None = None
     http_max_body_bytes: int = 6 * MIB
+    http_max_connections: int = 4096
+    http_keepalive_timeout_s: float = 60.0
+    http_header_timeout_s: float = 10.0
+    http_body_timeout_s: float = 30.0
 
     def fire_policy(self) -> dict[str, int]:
         """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from queen_raft.api.app import create_app
+from queen_raft.api.app import CLIENT_ERRORS_KEY, CONNECTIONS_KEY, create_app
+from queen_raft.api.client_errors import CountResourceErrors, loop_exception_handler
+from queen_raft.api.connections import LimitedSite, fit_connection_limit
 from queen_raft.api.apply_signal import ApplySignal
 from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
@@ -236,9 +238,10 @@ async def serve(process: NodeProcess) -> None:
         process.serving.apply_signals[tenant].bind(loop)
         group.start_tick_loop(loop)
     app = create_app(process.serving)
+    guard_against_descriptor_floods(app, loop, len(process.groups))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
-    site = web.TCPSite(runner, host=process.node.host, port=process.node.http_port)
+    site = LimitedSite(runner, app[CONNECTIONS_KEY], host=process.node.host, port=process.node.http_port)
     await site.start()
     log.info("node %s serving http://%s:%s (tenants: %s)", process.node.id, process.node.host,
              process.node.http_port, ", ".join(process.groups))
@@ -256,8 +259,18 @@ async def serve(process: NodeProcess) -> None:
         remove_runtime_damage_listener(stop_on_damage)
         key_check.cancel()
         await runner.cleanup()
+        app[CLIENT_ERRORS_KEY].flush()  # the counts of the last interval
         for group in process.groups.values():
             await group.stop()
+
+
+def guard_against_descriptor_floods(app: web.Application, loop: asyncio.AbstractEventLoop, tenants: int) -> None:
+    """The HTTP connection bound fitted to the open-file limit, and accept and tick errors for
+    want of descriptors counted in the log instead of a traceback each (api/client_errors.py)."""
+    connections = app[CONNECTIONS_KEY]
+    connections.max_connections = fit_connection_limit(connections.max_connections, tenants)
+    loop.set_exception_handler(loop_exception_handler(app[CLIENT_ERRORS_KEY]))
+    logging.getLogger("pysyncobj.syncobj").addFilter(CountResourceErrors(app[CLIENT_ERRORS_KEY]))
 
 
 def configure_gc() -> None:

@@ -9,10 +9,22 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from queen_raft.api import admin, dlq, harness_hooks, health, kv, messages, openapi, queues, timers, transaction
+from queen_raft.api.client_errors import ClientErrorLog, CountedServerLog
+from queen_raft.api.connections import ConnectionLimiter
 from queen_raft.api.errors import ApiError, error_response
 from queen_raft.api.serving import SERVING_KEY, ServingNode
 
 log = logging.getLogger(__name__)
+
+CLIENT_ERRORS_KEY = web.AppKey("client_errors", ClientErrorLog)
+CONNECTIONS_KEY = web.AppKey("connections", ConnectionLimiter)
+# How long an answered request's unread body is still drained (raw bytes: bodies are never
+# inflated by the server, see api/body.py), so a client still sending reads the answer instead of
+# a reset; past it the connection is closed.
+LINGER_S = 2.0
+# nginx's code for a request whose client closed the connection before the answer: it is only
+# counted in the request metrics, since nobody is left to read it.
+CLIENT_CLOSED_REQUEST = 499
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,6 +46,9 @@ async def wire_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         response = await handler(request)
     except ApiError as error:
         response = error.response()
+    except ConnectionError as exc:  # the client left mid-request (mostly mid-body): its business
+        request.app[CLIENT_ERRORS_KEY].note("client disconnected mid-request", f"{request.method} {request.path}: {exc}")
+        response = web.Response(status=CLIENT_CLOSED_REQUEST)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -48,8 +63,20 @@ async def wire_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 def create_app(serving: ServingNode) -> web.Application:
-    app = web.Application(middlewares=[wire_errors], client_max_size=serving.settings.http_max_body_bytes)
+    settings = serving.settings
+    client_errors = ClientErrorLog(logging.getLogger("queen_raft.api.client_errors"))
+    connections = ConnectionLimiter(settings.http_max_connections, settings.http_header_timeout_s, client_errors)
+    handler_args = {
+        "auto_decompress": False,  # bodies are inflated by api/body.py, bounded, after auth
+        "keepalive_timeout": settings.http_keepalive_timeout_s,
+        "lingering_time": LINGER_S,
+        "logger": CountedServerLog(logging.getLogger("aiohttp.server"), client_errors),
+    }
+    app = web.Application(middlewares=[connections.middleware, wire_errors], client_max_size=settings.http_max_body_bytes,
+                          handler_args=handler_args)
     app[SERVING_KEY] = serving
+    app[CLIENT_ERRORS_KEY] = client_errors
+    app[CONNECTIONS_KEY] = connections
     timers.add_routes(app)
     messages.add_routes(app)
     queues.add_routes(app)

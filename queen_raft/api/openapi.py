@@ -183,6 +183,9 @@ TOO_BIG = ("413", "payload_too_large: the body is over the HTTP ceiling, or the 
 UNAVAILABLE_503 = ("503", "no leader, or the entry not committed in time: the outcome may be unknown; retry "
                           "after Retry-After (writes are idempotent)")
 STANDARD_ERRORS = (UNAUTHORIZED, FORBIDDEN, BAD, TOO_BIG, UNAVAILABLE_503)
+# Every route with a body: the body's own refusals (api/body.py).
+BODY_ERRORS = (("408", "request_timeout: the body did not arrive within QUEEN_HTTP_BODY_TIMEOUT_S"),
+               ("415", "unsupported_encoding: a Content-Encoding other than identity, gzip, x-gzip, deflate, zstd"))
 RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "whole seconds"}}
 HINT = {"x-queen-timers-hint": {"schema": {"type": "string"},
                                 "description": "DELETE /api/v1/timers/{queue}/{timerKey}, which the gate never refuses"}}
@@ -206,6 +209,9 @@ def operation(summary: str, ok: dict, errors: tuple = STANDARD_ERRORS, body: dic
     for status, description in errors:
         headers = RETRY_AFTER if status in ("429", "503") else None
         responses[status] = error(description, headers, "Unavailable" if status == "503" else "Error")
+    if body is not None:
+        for status, description in BODY_ERRORS:
+            responses.setdefault(status, error(description))
     responses.update(extra or {})
     op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
     if body is not None:

@@ -7,14 +7,14 @@ from typing import Any
 from aiohttp import web
 
 from queen_raft.api import wire_json
+from queen_raft.api.body import read_body
 from queen_raft.api.errors import ApiError
+from queen_raft.api.serving import serving_of
 
 
 async def json_body(request: web.Request, bad_request_code: str) -> Any:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, "payload_too_large", f"the request body is over {request.client_max_size} bytes") from None
+    """The body as JSON. Call it after the route's auth check: a refused caller's body is never read."""
+    raw = await read_body(request, bad_request_code, serving_of(request).settings.http_body_timeout_s)
     if not raw:
         raise ApiError(400, bad_request_code, "the request has no body; a JSON body is required")
     try:

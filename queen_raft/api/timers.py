@@ -7,7 +7,6 @@ from operator import itemgetter
 from typing import Any
 from urllib.parse import quote
 
-import zstandard
 from aiohttp import web
 
 from queen_raft.api.auth import Access, Principal, authorize, require
@@ -23,6 +22,7 @@ from queen_raft.api.timer_parsing import (
     checked_timer_ops, operations_of, plain_schedules,
 )
 from queen_raft.config import Settings
+from queen_raft.state.timers import decompress_bounded as zstd_decompress_bounded
 
 UNAVAILABLE = "timers_unavailable"
 
@@ -101,14 +101,13 @@ def encrypt_op(serving: ServingNode, op: dict) -> dict:
 
 
 def decompress_bounded(data: bytes, limit: int) -> bytes:
-    try:
-        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
-            out = reader.read(limit + 1)
-    except zstandard.ZstdError as exc:
-        raise bad_request(f"payloadZstd: the payload does not decompress ({exc})") from None
-    if len(out) > limit:
+    """The state machine's own bounded decompression (what the fire would do), its refusals as answers."""
+    decoded = zstd_decompress_bounded(data, limit)
+    if decoded == "payload_too_large":
         raise ApiError(413, "payload_too_large", f"the decompressed payload is over {limit} bytes")
-    return out
+    if isinstance(decoded, str):
+        raise bad_request("payloadZstd: the payload does not decompress")
+    return decoded
 
 
 async def post_timers(request: web.Request) -> web.Response:
