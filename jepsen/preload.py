@@ -40,7 +40,7 @@ DEADLINE_S = 600.0
 # A refused or unanswered call is sent again (the same keys and txns: a schedule is an upsert by key)
 # after this pause, to the leader found anew.
 RETRY_PAUSE_S = 0.5
-# The list route's largest page (SPEC.md section 2 clamps limit to 1..1000).
+# The list route's largest page (docs/spec.md section 2 clamps limit to 1..1000).
 LIST_PAGE = 1000
 LIST_ATTEMPTS = 20
 LIST_RETRY_S = 0.5
