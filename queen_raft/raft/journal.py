@@ -412,10 +412,9 @@ class GroupCommitJournal(CompactionGuardedJournal):
         offset. tests/unit/test_raft_journal_flush.py checks that no page written through the
         mapping is left dirty, as after msync.
 
-        Why: CPython 3.11's mmap.flush holds the GIL during msync. Under the schedule benchmark a
-        flush of ~5 KB took 0.55-0.7 ms on average (0.14 ms alone on this disk; tails to 5 ms while
-        the I/O completion waits for a core) at ~220-290 flushes/s on each node: 38-40 % of the
-        leader's GIL samples, time in which the loop thread (HTTP, handlers) could not run. The
+        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under the schedule benchmark
+        those flushes were a large share of the leader's GIL samples (queen_raft/raft/README.md,
+        "GIL and the flush"), time in which the loop thread (HTTP, handlers) could not run. The
         price is that the tick thread must take the GIL back after the syscall; node.py shortens
         the switch interval (GIL_SWITCH_INTERVAL_S) so that it does not queue 5 ms for it behind
         the busy loop thread (without that, fdatasync measured worse than msync at load 4-9).

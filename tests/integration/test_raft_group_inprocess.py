@@ -17,7 +17,7 @@ import pysyncobj.pickle
 import pytest
 
 from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings, TenantGroup
-from queen_raft.raft.group import TICKS_IN_FLIGHT_MAX
+from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -469,10 +469,10 @@ async def test_stop_ends_the_tick_loop_even_when_a_cancellation_is_swallowed(gro
         except asyncio.CancelledError:
             swallowed.append(timeout_s)
 
-    group._wait_for_wake = swallowing_wait
+    group._tick_loop._wait_for_wake = swallowing_wait
     await asyncio.sleep(0.3)  # past the 200 ms cap: the loop now sleeps in swallowing_wait
     started_at = time.monotonic()
     await asyncio.wait_for(group.stop(), 3.0)
     assert swallowed, "the test did not exercise a swallowed cancellation"
     assert time.monotonic() - started_at < 1.0
-    assert group._tick_task is None
+    assert group._tick_loop.task is None
