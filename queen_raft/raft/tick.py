@@ -1,8 +1,26 @@
 """The leader tick: while this node leads its group, propose `tick` entries when timers are due.
 
+Two layers. `decide(view, ...)` is pure: from what the loop knows at one instant (TickView) it
+says what to do next: Propose a tick (after blocking out a sub-ms rest of the minimum gap), Sleep
+on the loop (the rest of the gap), or Wait for a wake-up with a timeout (the next due instant, a
+tick in flight, the leadership watch). `TickLoop` gathers the view, carries the decision out and
+keeps the bookkeeping (ticks in flight, their outcomes, the previous proposal's instant).
+
 Runs on the asyncio loop thread. pysyncobj's tick thread reaches it in two ways only, both through
 call_soon_threadsafe: an apply that makes a timer due earlier than the loop sleeps to
 (`note_applied`), and a role change (`wake`). Nothing on the tick thread ever waits on the loop.
+
+Why ticks may be pipelined during a drain (several proposed before the first commits) without
+firing a timer twice: a tick entry carries no list of timers, only the leader's clock and the fire
+policy. Every replica applies the entries in log order, and each tick fires what is due in the
+state as the entries before it left it; a fire removes the timer (or moves it to a retry instant
+in the future) in that same apply. So the second of two ticks sees the first one's fires already
+applied and takes the next batch, on every replica alike; proposing it early changes only where it
+sits in the log, not what it does. The cost is at most TICKS_IN_FLIGHT_MAX - 1 ticks that find
+nothing due at the end of a drain (an entry each, firing nothing). The minimum gap still separates
+any two proposals (the loop's decision instants, which are also the ticks' stamps), so the tick
+rate bound of docs/spec.md holds; the rest of each gap is waited out to within a fraction of a ms
+(split_gap_wait), since at the default 5 ms gap every ms late costs ~17 % of the drain rate.
 """
 
 from __future__ import annotations
@@ -12,7 +30,8 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 
 from queen_raft import clock
 from queen_raft.raft.errors import GroupUnavailable
@@ -26,7 +45,7 @@ log = logging.getLogger(__name__)
 # entry, so the next tick fires only what is still due.
 TICK_COMMIT_TIMEOUT_S = 1.0
 
-# Ticks proposed and not yet committed while a drain is on (see TickLoop._tick_until_failure). A
+# Ticks proposed and not yet committed while a drain is on (see the module docstring). A
 # 256-fire tick's result reaches the loop a few ms after its proposal (p50; p90 about three times
 # that) on a busy machine; at the 5 ms minimum gap, 4 in flight keep proposals at the gap. 8 in
 # flight drained no faster, and would leave up to 7 ticks that find nothing due at the end of a
@@ -63,6 +82,88 @@ def split_gap_wait(gap_left_s: float) -> tuple[float, float]:
     if steps > 0:
         return steps * LOOP_TIMER_GRANULARITY_S, 0.0
     return 0.0, gap_left_s
+
+
+@dataclass(frozen=True)
+class TickView:
+    """What the tick loop knows at one decision instant."""
+
+    leading: bool  # this node leads its group and ticks are on (tick_ms > 0)
+    more_due: bool  # the latest committed tick said more timers were due: a drain is on
+    next_due_ms: int | None  # the applied state's earliest due instant; None: none, or not read (a drain)
+    now_ms: int  # the group clock of this node (wall ms), which ticks are stamped with
+    loop_now_s: float  # the loop's monotonic clock, which the minimum gap is measured on
+    last_tick_s: float  # loop time of the previous tick proposal; -inf before the first
+    in_flight: int  # ticks proposed and not yet settled (committed, failed or timed out)
+
+
+@dataclass(frozen=True)
+class Propose:
+    """Propose a tick now, after blocking out `blocking_s` (less than LOOP_TIMER_GRANULARITY_S)."""
+
+    blocking_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Sleep on the loop for `seconds`, deaf to wake-ups: the rest of the minimum gap."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait for a wake-up, at most `timeout_s`. A tick's outcome or a role change always wakes it;
+    an apply wakes it when the state's next due instant is now below `wake_below_ms`."""
+
+    timeout_s: float
+    wake_below_ms: float = -math.inf
+
+
+Decision = Propose | Sleep | Wait
+
+
+def decide(view: TickView, tick_ms: int, min_gap_s: float) -> Decision:
+    """The next step of the tick loop (see the module docstring). Pure: no clock, no I/O."""
+    if not view.leading:
+        return Wait(LEADERSHIP_WATCH_S)
+    due = view.next_due_ms
+    if not view.more_due and (due is None or due > view.now_ms):
+        # Nothing due: sleep to the next due instant (at most tick_ms); an earlier one wakes us.
+        sleep_ms = tick_ms if due is None else min(tick_ms, due - view.now_ms)
+        return Wait(sleep_ms / 1000, wake_below_ms=view.now_ms + sleep_ms)
+    if view.in_flight and (not view.more_due or view.in_flight >= TICKS_IN_FLIGHT_MAX):
+        # The tick in flight covers what the applied state shows due; its outcome wakes us (it
+        # leaves in_flight before it wakes us; the timeout is a backstop).
+        return Wait(TICK_COMMIT_TIMEOUT_S)
+    gap_left_s = view.last_tick_s + min_gap_s - view.loop_now_s
+    if not view.more_due:
+        # Not draining: a tick 0-1 ms past the gap costs nothing worth holding the loop thread
+        # for (HTTP calls wait while it is held).
+        return Sleep(gap_left_s) if gap_left_s > 0 else Propose()
+    loop_wait_s, blocking_wait_s = split_gap_wait(gap_left_s)
+    if loop_wait_s > 0:
+        return Sleep(loop_wait_s)
+    return Propose(blocking_wait_s)
+
+
+def latest_outcome(more_due: bool, outcomes: Iterable[tuple[bool, float]]) -> tuple[bool, float]:
+    """(more_due, backoff_s) after the settled ticks' outcomes, (more_due, backoff_s) each in log
+    order: the last one is the latest word on whether more is due; the longest backoff holds."""
+    backoff_s = 0.0
+    for more_due, tick_backoff_s in outcomes:
+        backoff_s = max(backoff_s, tick_backoff_s)
+    return more_due, backoff_s
+
+
+@dataclass
+class TickRun:
+    """The tick loop's memory between decisions; a restart after a failure begins a new one."""
+
+    last_tick_s: float = -math.inf
+    more_due: bool = False
+    in_flight: set = field(default_factory=set)  # the tasks of ticks proposed and not yet settled
+    outcomes: collections.deque = field(default_factory=collections.deque)  # (more_due, backoff_s)
 
 
 class TickLoop:
@@ -166,95 +267,57 @@ class TickLoop:
                 await asyncio.sleep(TICK_LOOP_RESTART_DELAY_S)
 
     async def _tick_until_failure(self) -> None:
-        """Propose ticks while this node leads: at a due instant, then back to back while moreDue.
-
-        Ticks are pipelined while a drain is on: once the latest tick that committed said moreDue,
-        the next tick is proposed as soon as min_gap_ms since the previous proposal has passed,
-        without waiting for the previous one to commit, up to TICKS_IN_FLIGHT_MAX in flight.
-        Outside a drain (nothing known to be left), at most one tick is in flight.
-
-        Why two ticks in flight cannot fire a timer twice: a tick entry carries no list of timers,
-        only the leader's clock and the fire policy. Every replica applies the entries in log order,
-        and each tick fires what is due in the state as the entries before it left it; a fire removes
-        the timer (or moves it to a retry instant in the future) in that same apply. So the second
-        of two ticks sees the first one's fires already applied and takes the next batch, on every
-        replica alike; proposing it early changes only where it sits in the log, not what it does.
-        The cost of pipelining is at most TICKS_IN_FLIGHT_MAX - 1 ticks that find nothing due at the
-        end of a drain (an entry each, firing nothing). The minimum gap still separates any two
-        proposals (the loop's decision instants, which are also the ticks' stamps), so the tick rate
-        bound of docs/spec.md holds; the rest of each gap is waited out to within a fraction of a ms
-        (split_gap_wait), since at the default 5 ms gap every ms late costs ~17 % of the drain rate.
-        """
-        settings = self.settings
-        loop = self._loop
-        min_gap_s = settings.min_gap_ms / 1000
-        last_tick_at = -math.inf  # loop.time() of the previous tick proposal
-        more_due = False  # the latest committed tick said more timers were due
-        in_flight: set[asyncio.Task] = set()
-        outcomes: collections.deque = collections.deque()  # (more_due, backoff_s), in log order
+        """Decide, carry the decision out, again, while not stopping (see the module docstring)."""
+        run = TickRun()
         try:
             while not self._stopping:
-                # Committed ticks report in log order (applied in order, handed to the loop in
-                # order): the last one is the latest word on whether more is due.
-                backoff_s = 0.0
-                while outcomes:
-                    more_due, tick_backoff_s = outcomes.popleft()
-                    backoff_s = max(backoff_s, tick_backoff_s)
-                if backoff_s > 0:
-                    # Only a role change (or another tick's outcome) cuts the pause short.
-                    self._signal_below_ms = -math.inf
-                    self._wake.clear()
-                    await self._wait_for_wake(backoff_s)
-                    continue
-                self._observe_leadership()
-                self._wake.clear()
-                if settings.tick_ms == 0 or not self._is_leader():
-                    # Ticks still in flight end on their own (commit, error or timeout).
-                    self._signal_below_ms = -math.inf
-                    more_due = False
-                    await self._wait_for_wake(LEADERSHIP_WATCH_S)
-                    continue
-                # Any due instant signals until we know how long we will sleep (no lost wake-up).
-                self._signal_below_ms = math.inf
-                # During a drain the state is not read: the apply lock is held for a whole fire
-                # batch's apply, and waiting on it here would stall the loop thread that long.
-                due = None if more_due else self._next_due_at()
-                now_ms = clock.wall_ms()
-                if more_due or (due is not None and due <= now_ms):
-                    if in_flight and (not more_due or len(in_flight) >= TICKS_IN_FLIGHT_MAX):
-                        # The tick in flight covers what the applied state shows due; its outcome
-                        # wakes us (it leaves in_flight before it wakes us; the bound is a backstop).
-                        self._signal_below_ms = -math.inf
-                        await self._wait_for_wake(TICK_COMMIT_TIMEOUT_S)
-                        continue
-                    gap_left_s = last_tick_at + min_gap_s - loop.time()
-                    if not more_due and gap_left_s > 0:
-                        # Not draining: a tick 0-1 ms past the gap costs nothing worth holding
-                        # the loop thread for (HTTP calls wait while it is held).
-                        await asyncio.sleep(gap_left_s)
-                        continue
-                    loop_wait_s, blocking_wait_s = split_gap_wait(gap_left_s)
-                    if loop_wait_s > 0:
-                        await asyncio.sleep(loop_wait_s)
-                        continue
-                    if blocking_wait_s > 0:
-                        # Draining: every ms late costs ~17 % of the drain rate at the 5 ms gap.
-                        time.sleep(blocking_wait_s)  # never returns early: the gap is over after it
-                    self._signal_below_ms = -math.inf  # the tick's own apply updates the due instant
-                    # The gap is kept between the instants stamped into the ticks, not only between
-                    # the loop's decisions: the tick task starts a loop iteration later, by a delay
-                    # that varies (up to a few ms when the loop is busy), so a stamp taken there
-                    # could follow the previous one by less than the gap.
-                    last_tick_at = loop.time()
-                    command = {"op": "tick", "policy": settings.tick_policy, "now": clock.wall_ms()}
-                    in_flight.add(loop.create_task(self._tick_once(command, outcomes, in_flight)))
-                    continue
-                sleep_ms = settings.tick_ms if due is None else min(settings.tick_ms, due - now_ms)
-                self._signal_below_ms = now_ms + sleep_ms
-                await self._wait_for_wake(sleep_ms / 1000)
+                await self._carry_out(self._next_decision(run), run)
         finally:
-            for task in list(in_flight):
+            for task in list(run.in_flight):
                 task.cancel()
+
+    def _next_decision(self, run: TickRun) -> Decision:
+        settled = list(run.outcomes)  # appended by _tick_once, on this thread: nothing lands meanwhile
+        run.outcomes.clear()
+        run.more_due, backoff_s = latest_outcome(run.more_due, settled)
+        if backoff_s > 0:
+            # Only a role change (or another tick's outcome) cuts the pause short.
+            self._wake.clear()
+            return Wait(backoff_s)
+        self._observe_leadership()
+        self._wake.clear()
+        leading = self.settings.tick_ms != 0 and self._is_leader()
+        if leading:
+            # Any due instant signals until the decision says how long we sleep (no lost wake-up).
+            self._signal_below_ms = math.inf
+        else:
+            run.more_due = False  # ticks still in flight end on their own (commit, error or timeout)
+        # During a drain the state is not read: the apply lock is held for a whole fire batch's
+        # apply, and waiting on it here would stall the loop thread that long.
+        next_due_ms = self._next_due_at() if leading and not run.more_due else None
+        view = TickView(leading=leading, more_due=run.more_due, next_due_ms=next_due_ms,
+                        now_ms=clock.wall_ms(), loop_now_s=self._loop.time(), last_tick_s=run.last_tick_s,
+                        in_flight=len(run.in_flight))
+        return decide(view, self.settings.tick_ms, self.settings.min_gap_ms / 1000)
+
+    async def _carry_out(self, decision: Decision, run: TickRun) -> None:
+        if isinstance(decision, Wait):
+            self._signal_below_ms = decision.wake_below_ms
+            await self._wait_for_wake(decision.timeout_s)
+        elif isinstance(decision, Sleep):
+            await asyncio.sleep(decision.seconds)
+        else:
+            if decision.blocking_s > 0:
+                # Draining: every ms late costs ~17 % of the drain rate at the 5 ms gap.
+                time.sleep(decision.blocking_s)  # never returns early: the gap is over after it
+            self._signal_below_ms = -math.inf  # the tick's own apply updates the due instant
+            # The gap is kept between the instants stamped into the ticks, not only between the
+            # loop's decisions: the tick task starts a loop iteration later, by a delay that varies
+            # (up to a few ms when the loop is busy), so a stamp taken there could follow the
+            # previous one by less than the gap.
+            run.last_tick_s = self._loop.time()
+            command = {"op": "tick", "policy": self.settings.tick_policy, "now": clock.wall_ms()}
+            run.in_flight.add(self._loop.create_task(self._tick_once(command, run.outcomes, run.in_flight)))
 
     async def _tick_once(self, command: dict, outcomes: collections.deque, in_flight: set) -> None:
         """Propose the tick command; leave in_flight, report (more_due, backoff_s), then wake the loop.
