@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from aiohttp import web
 
@@ -12,6 +12,7 @@ from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.pop_turns import PopTurns
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.config import ClusterConfig
+from queen_raft.raft.group_api import GroupApi
 
 if TYPE_CHECKING:  # metrics.py serves a route and so imports this module
     from queen_raft.api.metrics import ApiMetrics
@@ -21,8 +22,8 @@ if TYPE_CHECKING:  # metrics.py serves a route and so imports this module
 class ServingNode:
     node_id: str
     config: ClusterConfig
-    # tenant -> its group on this node: propose(command), read(fn), peek_local(fn), status()
-    groups: Mapping[str, Any]
+    # tenant -> its group on this node (what a route may call on it: GroupApi)
+    groups: Mapping[str, GroupApi]
     # tenant -> the signal its group's applies raise (long polls wait on it)
     apply_signals: Mapping[str, ApplySignal]
     metrics: "ApiMetrics"

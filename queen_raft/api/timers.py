@@ -19,6 +19,7 @@ from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import JSON_SAFE_INT, is_int, json_body, json_response, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.config import Settings
+from queen_raft.raft.group_api import GroupApi
 
 BAD_REQUEST = "timers_bad_request"
 UNAVAILABLE = "timers_unavailable"
@@ -284,7 +285,7 @@ def cancel_hint(ops: list[dict]) -> dict[str, str]:
     return {}
 
 
-def read_schedule_gates(group: Any, ops: list[dict]) -> tuple[dict[str, dict | None], bool]:
+def read_schedule_gates(group: GroupApi, ops: list[dict]) -> tuple[dict[str, dict | None], bool]:
     """(the destination queues' options, whether an operator paused scheduling), in one look at
     the local replica: one take of the lock the tick thread holds while it applies, not two.
 
@@ -293,7 +294,7 @@ def read_schedule_gates(group: Any, ops: list[dict]) -> tuple[dict[str, dict | N
     return _read_gates(group, {op["queue"] for op in ops if op["op"] != "cancel"})
 
 
-def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict],
+def encrypting_queues(serving: ServingNode, group: GroupApi, ops: list[dict],
                       options: dict[str, dict | None] | None = None) -> set[str]:
     """The destination queues that encrypt at rest; a client `encrypted: true` for one is a 400.
     `options` are the queues' options when the caller has read them already (read_schedule_gates)."""
@@ -384,7 +385,7 @@ async def _schedule_plain(serving: ServingNode, principal: Principal, plain: Pla
     return json_response({"results": results})
 
 
-def _read_gates(group: Any, queues: set[str]) -> tuple[dict[str, dict | None], bool]:
+def _read_gates(group: GroupApi, queues: set[str]) -> tuple[dict[str, dict | None], bool]:
     """`read_schedule_gates` of a call scheduling to `queues`."""
     return group.peek_local(lambda state: ({q: state.queue_options(q) for q in queues}, state.scheduling_paused))
 

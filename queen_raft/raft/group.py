@@ -26,6 +26,7 @@ from pysyncobj import FAIL_REASON
 from queen_raft import clock
 from queen_raft.raft.construction import GroupFiles, build_syncobj
 from queen_raft.raft.errors import EntryTooLarge, GroupUnavailable, unavailable_after_failure
+from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.handoff import ResultHandoff
 from queen_raft.raft.journal import unregister_journal
 from queen_raft.raft.loopback import is_loopback_host, refuse_open_pickle_port
@@ -126,7 +127,7 @@ class TenantGroup:
             return None
         return getattr(node, "address", node.id)
 
-    def status(self) -> dict:
+    def status(self) -> GroupStatus:
         so = self._syncobj
         return {
             "role": _ROLE_BY_RAFT_STATE.get(so._SyncObj__raftState, "follower"),

@@ -17,6 +17,7 @@ import pysyncobj.pickle
 import pytest
 
 from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings, TenantGroup
+from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
 from raft_test_state import TimerLogState
 
@@ -171,6 +172,14 @@ async def test_timers_coming_due_one_after_another_keep_firing(groups):
     # Every fire within a few gaps of its instant, not after the 5 s cap (or any 1 s backstop).
     assert max(f[2] - f[1] for f in fired) < 500, max(f[2] - f[1] for f in fired)
     assert last_due > 0
+    await group.stop()
+
+
+async def test_the_status_answers_the_fields_of_group_status(groups):
+    group = await started(groups(RaftSettings()))
+    status = group.status()
+    assert set(status) == set(GroupStatus.__annotations__)
+    assert status["role"] == "leader" and status["leader"] == group.self_addr
     await group.stop()
 
 
