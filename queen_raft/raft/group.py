@@ -86,6 +86,10 @@ class TenantGroup:
 
         self.on_tick_result: Callable[[dict, list], None] | None = None
         self.on_leadership_change: Callable[[str, str, str | None, int], None] | None = None
+        # The group's one applied-event channel: called on pysyncobj's tick thread after every
+        # entry applied on this node (any node's proposals, the leader's ticks) and after a
+        # restore from a snapshot. It must not block (the node wakes its long polls with it).
+        self.on_applied: Callable[[], None] | None = None
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handoff: ResultHandoff | None = None
@@ -262,8 +266,14 @@ class TenantGroup:
     # -- the leader tick ------------------------------------------------------------------------------
 
     def _on_applied(self, next_due_at: int | None) -> None:
-        # Tick thread, after every apply.
+        # Tick thread, after every apply and after a restore.
         self._tick_loop.note_applied(next_due_at)
+        hook = self.on_applied
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("on_applied hook failed")
 
     def _report_tick_result(self, result: dict) -> None:
         hook = self.on_tick_result

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import socket
 import struct
+import threading
 import time
 import zlib
 
@@ -180,6 +181,27 @@ async def test_the_status_answers_the_fields_of_group_status(groups):
     status = group.status()
     assert set(status) == set(GroupStatus.__annotations__)
     assert status["role"] == "leader" and status["leader"] == group.self_addr
+    await group.stop()
+
+
+async def test_every_apply_and_tick_raises_on_applied_and_a_failing_hook_changes_nothing(groups):
+    group = await started(groups(RaftSettings(tick_ms=1000)))
+    applied = []
+    group.on_applied = lambda: applied.append(threading.current_thread() is not threading.main_thread())
+    await group.propose({"op": "set", "key": "k", "value": 1})
+    assert applied and all(applied)  # on pysyncobj's tick thread, after the proposal's apply
+    before = len(applied)
+    ticks = record_ticks(group)
+    await group.propose({"op": "timer", "key": "a", "delayMs": 10})
+    await wait_until(lambda: ticks, 2.0)
+    await wait_until(lambda: len(applied) >= before + 2, 2.0)  # the schedule's apply, the tick's
+
+    def failing_hook():
+        raise RuntimeError("hook failed on purpose")
+
+    group.on_applied = failing_hook
+    assert (await group.propose({"op": "set", "key": "k", "value": 2}))["ok"] is True
+    assert await group.read(lambda s: s.values) == {"k": 2}
     await group.stop()
 
 
