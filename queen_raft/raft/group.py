@@ -196,7 +196,7 @@ class TenantGroup:
     async def propose(self, command: dict) -> dict:
         """Replicate one command; its result as applied on this node. Raises GroupUnavailable.
 
-        Stamps command["now"] with this node's clock when absent (the group clock, docs/spec.md).
+        Stamps command["now"] with this node's clock when absent (the group clock, docs/spec.md section 1).
         """
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 

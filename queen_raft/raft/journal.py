@@ -412,12 +412,12 @@ class GroupCommitJournal(CompactionGuardedJournal):
         offset. tests/unit/test_raft_journal_flush.py checks that no page written through the
         mapping is left dirty, as after msync.
 
-        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under the schedule benchmark
-        those flushes were a large share of the leader's GIL samples (queen_raft/raft/README.md,
-        "GIL and the flush"), time in which the loop thread (HTTP, handlers) could not run. The
-        price is that the tick thread must take the GIL back after the syscall; node.py shortens
-        the switch interval (GIL_SWITCH_INTERVAL_S) so that it does not queue 5 ms for it behind
-        the busy loop thread (without that, fdatasync measured worse than msync at load 4-9).
+        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under load the flushes took
+        a large share of the leader's GIL time, in which the loop thread (HTTP, handlers) could not
+        run (docs/performance.md). The price is that the tick thread must take the GIL back after
+        the syscall; node.py shortens the switch interval (GIL_SWITCH_INTERVAL_S) so that it does
+        not queue 5 ms for it behind the busy loop thread (without that, fdatasync was slower than
+        msync under load).
         """
         os.fdatasync(self.journal_fileno())
 

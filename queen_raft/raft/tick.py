@@ -19,7 +19,7 @@ applied and takes the next batch, on every replica alike; proposing it early cha
 sits in the log, not what it does. The cost is at most TICKS_IN_FLIGHT_MAX - 1 ticks that find
 nothing due at the end of a drain (an entry each, firing nothing). The minimum gap still separates
 any two proposals (the loop's decision instants, which are also the ticks' stamps), so the tick
-rate bound of docs/spec.md holds; the rest of each gap is waited out to within a fraction of a ms
+rate bound of docs/spec.md section 2 holds; the rest of each gap is waited out to within a fraction of a ms
 (split_gap_wait), since at the default 5 ms gap every ms late costs ~17 % of the drain rate.
 """
 
