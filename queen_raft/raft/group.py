@@ -98,15 +98,7 @@ class TenantGroup:
         self._in_flight = 0
         self._last_leadership: tuple[str, str | None] | None = None
         self._barrier = ReadBarrier(self.propose)
-        self._tick_loop = TickLoop(
-            tenant, settings,
-            is_leader=lambda: self.is_leader,
-            next_due_at=lambda: self.peek_local(lambda state: state.next_due_at()),
-            observe_leadership=self._observe_leadership,
-            # Through the attribute at each call, so a test may observe the tick's proposals.
-            propose_tick=lambda command, timeout_s: self._propose(command, timeout_s, alone=True),
-            report_result=self._report_tick_result,
-        )
+        self._tick_loop = self._new_tick_loop()
 
         files = GroupFiles.under(data_dir)
         self.data_dir = files.data_dir
@@ -264,6 +256,17 @@ class TenantGroup:
         return self._barrier.proposed
 
     # -- the leader tick ------------------------------------------------------------------------------
+
+    def _new_tick_loop(self) -> TickLoop:
+        return TickLoop(
+            self.tenant, self.settings,
+            is_leader=lambda: self.is_leader,
+            next_due_at=lambda: self.peek_local(lambda state: state.next_due_at()),
+            observe_leadership=self._observe_leadership,
+            # Through the attribute at each call, so a test may observe the tick's proposals.
+            propose_tick=lambda command, timeout_s: self._propose(command, timeout_s, alone=True),
+            report_result=self._report_tick_result,
+        )
 
     def _on_applied(self, next_due_at: int | None) -> None:
         # Tick thread, after every apply and after a restore.
