@@ -167,11 +167,12 @@ class TickRun:
 
 
 class TickLoop:
-    """One group's leader tick, as an asyncio task: start(loop), stop(), and two thread-safe wakes.
+    """One group's leader tick, as an asyncio task: start(loop), stop(), note_applied (any thread)
+    and wake (loop thread).
 
-    The group hands in what the loop needs of it as callables, looked up at each call:
-    whether this node leads, the applied state's next due instant, the leadership watch, a way to
-    propose one tick alone in its entry, and where a committed tick's answer goes.
+    The group hands in what the loop needs of it as callables: whether this node leads, the
+    applied state's next due instant, the leadership watch, a way to propose one tick alone in its
+    entry, and where a committed tick's answer goes.
     """
 
     def __init__(
