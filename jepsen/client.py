@@ -4,7 +4,7 @@
 - 4xx: `fail`, the node refused the call before proposing anything (the gates of docs/spec.md section 2).
 - 503 `timers_disabled`: `fail` (the operator's pause gate, checked before any proposal).
 - 503 whose `reason` field says it was refused before anything was proposed or forwarded
-  (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/group.py and pysyncobj's MISSING_LEADER
+  (`no_leader`, `busy`, `queue_full`: see queen_raft/raft/errors.py and pysyncobj's MISSING_LEADER
   path, which neither logs nor sends the command; `paused`, `no_encryption_key`: the API's own
   gates): `fail`. A body without the field (a node that predates it) falls back to the reason
   inside the message text; anything unrecognised stays `info`.

@@ -90,20 +90,6 @@ def raft_settings(settings: Settings) -> RaftSettings:
     )
 
 
-def signalling_state_class(signal_: ApplySignal) -> type[TenantState]:
-    """A TenantState that raises the tenant's apply signal after each entry, so long polls wake
-    on applies (entries proposed by any node, the leader's ticks included) instead of polling."""
-
-    class SignallingTenantState(TenantState):
-        def apply(self, command: dict) -> dict:
-            try:
-                return super().apply(command)
-            finally:
-                signal_.notify_threadsafe()
-
-    return SignallingTenantState
-
-
 @dataclass
 class NodeProcess:
     config: ClusterConfig
@@ -129,19 +115,18 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     signals: dict[str, ApplySignal] = {}
     for tenant in config.tenants:
         apply_signal = ApplySignal()
-        state_class = signalling_state_class(apply_signal)
         group = _start_group(groups, TenantGroup,
             tenant=tenant.name,
             self_addr=node.raft_addr(tenant.index),
             peer_addrs=[peer.raft_addr(tenant.index) for peer in config.nodes if peer.id != node.id],
             data_dir=str(config.group_data_dir(node.id, tenant.name)),
             settings=settings,
-            state_factory=state_class,
-            state_restore=state_class.restore,
             bind_host=node.host,
             # [nodes.dial]: peers reached through other addresses (the fault harness's link proxies).
             dial_map=node.dial_map(tenant.index),
         )
+        # Long polls wake on applies (entries proposed by any node, the leader's ticks included).
+        group.on_applied = apply_signal.notify_threadsafe
         group.on_leadership_change = _log_leadership_change
         group.on_tick_result = _tick_result_observer(metrics, tenant.name)
         groups[tenant.name] = group

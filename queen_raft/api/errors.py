@@ -14,7 +14,7 @@ import math
 from aiohttp import web
 
 
-# The Raft layer's GroupUnavailable reasons (queen_raft/raft/group.py), then the API's own 503s:
+# The Raft layer's GroupUnavailable reasons (queen_raft/raft/errors.py), then the API's own 503s:
 # an operator's pause of scheduling (timers_disabled) and a node without QUEEN_ENCRYPTION_KEY.
 RAFT_UNAVAILABLE_REASONS = ("no_leader", "timeout", "leader_changed", "queue_full", "busy", "disk_full")
 PAUSED = "paused"

@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from queen_raft.raft.group_api import GroupApi
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 class ReplicatedStateCollector(Collector):
     """Reads each group's counters and Raft status when Prometheus scrapes."""
 
-    def __init__(self, groups_source: Callable[[], Mapping[str, Any]]):
+    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]]):
         self._groups_source = groups_source
 
     def collect(self) -> Iterable:
@@ -112,7 +113,7 @@ class FireLagHistogram(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, groups_source: Callable[[], Mapping[str, Any]] | None = None):
+    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]] | None = None):
         self.registry = CollectorRegistry()
         self.fire_lag_seconds = FireLagHistogram()
         self.registry.register(self.fire_lag_seconds)

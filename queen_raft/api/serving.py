@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from aiohttp import web
 
@@ -13,14 +13,15 @@ from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.pop_turns import PopTurns
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.config import ClusterConfig
+from queen_raft.raft.group_api import GroupApi
 
 
 @dataclass
 class ServingNode:
     node_id: str
     config: ClusterConfig
-    # tenant -> its group on this node: propose(command), read(fn), peek_local(fn), status()
-    groups: Mapping[str, Any]
+    # tenant -> its group on this node (what a route may call on it: GroupApi)
+    groups: Mapping[str, GroupApi]
     # tenant -> the signal its group's applies raise (long polls wait on it)
     apply_signals: Mapping[str, ApplySignal]
     metrics: ApiMetrics

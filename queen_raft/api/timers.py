@@ -4,7 +4,6 @@ body's shape is parsed in timer_parsing.py."""
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
@@ -22,6 +21,7 @@ from queen_raft.api.timer_parsing import (
     checked_timer_ops, operations_of, plain_schedules,
 )
 from queen_raft.config import Settings
+from queen_raft.raft.group_api import GroupApi
 from queen_raft.state.timers import decompress_bounded as zstd_decompress_bounded
 
 UNAVAILABLE = "timers_unavailable"
@@ -67,7 +67,7 @@ def cancel_hint(ops: list[dict]) -> dict[str, str]:
     return {}
 
 
-def read_schedule_gates(group: Any, ops: list[dict]) -> tuple[dict[str, dict | None], bool]:
+def read_schedule_gates(group: GroupApi, ops: list[dict]) -> tuple[dict[str, dict | None], bool]:
     """(the destination queues' options, whether an operator paused scheduling), in one look at
     the local replica: one take of the lock the tick thread holds while it applies, not two.
 
@@ -76,7 +76,7 @@ def read_schedule_gates(group: Any, ops: list[dict]) -> tuple[dict[str, dict | N
     return _read_gates(group, {op["queue"] for op in ops if op["op"] != "cancel"})
 
 
-def encrypting_queues(serving: ServingNode, group: Any, ops: list[dict],
+def encrypting_queues(serving: ServingNode, group: GroupApi, ops: list[dict],
                       options: dict[str, dict | None] | None = None) -> set[str]:
     """The destination queues that encrypt at rest; a client `encrypted: true` for one is a 400.
     `options` are the queues' options when the caller has read them already (read_schedule_gates)."""
@@ -167,7 +167,7 @@ async def _schedule_plain(serving: ServingNode, principal: Principal, plain: Pla
     return json_response({"results": results})
 
 
-def _read_gates(group: Any, queues: set[str]) -> tuple[dict[str, dict | None], bool]:
+def _read_gates(group: GroupApi, queues: set[str]) -> tuple[dict[str, dict | None], bool]:
     """`read_schedule_gates` of a call scheduling to `queues`."""
     return group.peek_local(lambda state: ({q: state.queue_options(q) for q in queues}, state.scheduling_paused))
 

@@ -36,6 +36,7 @@ import msgpack
 import zstandard
 
 from .broker import Broker, validate_ack_item, validate_push_item
+from .invariants import check_tenant_state
 from .kv import KvStore, validate_kv_op
 from .limits import (
     DEFAULT_FIRE_POLICY,
@@ -401,6 +402,11 @@ class TenantState:
 
     def kv_get(self, ns: str, key: str) -> dict | None:
         return self.kv.get(ns, key, self.clock)
+
+    def check_invariants(self) -> None:
+        """Raises InvariantViolation unless every index and counter agrees (invariants.py). O(n):
+        for tests, never on the apply path."""
+        check_tenant_state(self)
 
     def counters(self) -> dict:
         return {"pendingTimers": self.timers.count, "billedMessages": self.billed,

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import socket
 import struct
+import threading
 import time
 import zlib
 
@@ -17,7 +18,8 @@ import pysyncobj.pickle
 import pytest
 
 from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings, TenantGroup
-from queen_raft.raft.group import TICKS_IN_FLIGHT_MAX
+from queen_raft.raft.group_api import GroupStatus
+from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -171,6 +173,35 @@ async def test_timers_coming_due_one_after_another_keep_firing(groups):
     # Every fire within a few gaps of its instant, not after the 5 s cap (or any 1 s backstop).
     assert max(f[2] - f[1] for f in fired) < 500, max(f[2] - f[1] for f in fired)
     assert last_due > 0
+    await group.stop()
+
+
+async def test_the_status_answers_the_fields_of_group_status(groups):
+    group = await started(groups(RaftSettings()))
+    status = group.status()
+    assert set(status) == set(GroupStatus.__annotations__)
+    assert status["role"] == "leader" and status["leader"] == group.self_addr
+    await group.stop()
+
+
+async def test_every_apply_and_tick_raises_on_applied_and_a_failing_hook_changes_nothing(groups):
+    group = await started(groups(RaftSettings(tick_ms=1000)))
+    applied = []
+    group.on_applied = lambda: applied.append(threading.current_thread() is not threading.main_thread())
+    await group.propose({"op": "set", "key": "k", "value": 1})
+    assert applied and all(applied)  # on pysyncobj's tick thread, after the proposal's apply
+    before = len(applied)
+    ticks = record_ticks(group)
+    await group.propose({"op": "timer", "key": "a", "delayMs": 10})
+    await wait_until(lambda: ticks, 2.0)
+    await wait_until(lambda: len(applied) >= before + 2, 2.0)  # the schedule's apply, the tick's
+
+    def failing_hook():
+        raise RuntimeError("hook failed on purpose")
+
+    group.on_applied = failing_hook
+    assert (await group.propose({"op": "set", "key": "k", "value": 2}))["ok"] is True
+    assert await group.read(lambda s: s.values) == {"k": 2}
     await group.stop()
 
 
@@ -469,10 +500,10 @@ async def test_stop_ends_the_tick_loop_even_when_a_cancellation_is_swallowed(gro
         except asyncio.CancelledError:
             swallowed.append(timeout_s)
 
-    group._wait_for_wake = swallowing_wait
+    group._tick_loop._wait_for_wake = swallowing_wait
     await asyncio.sleep(0.3)  # past the 200 ms cap: the loop now sleeps in swallowing_wait
     started_at = time.monotonic()
     await asyncio.wait_for(group.stop(), 3.0)
     assert swallowed, "the test did not exercise a swallowed cancellation"
     assert time.monotonic() - started_at < 1.0
-    assert group._tick_task is None
+    assert group._tick_loop.task is None

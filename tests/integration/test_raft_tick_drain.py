@@ -22,8 +22,8 @@ import pytest
 from cluster_fixture import pick_port_runs
 from queen_raft import clock
 from queen_raft.raft import RaftSettings, TenantGroup
-from queen_raft.raft import group as group_module
-from queen_raft.raft.group import TICKS_IN_FLIGHT_MAX
+from queen_raft.raft import tick as tick_module
+from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -53,13 +53,13 @@ def monotonic_node_clock(monkeypatch):
 
 async def test_drain_ticks_are_never_closer_than_the_gap_nor_batched(tmp_path, monotonic_node_clock, monkeypatch):
     waits: list[tuple[float, float]] = []  # (loop part, blocking part) of each wait the loop made
-    split = group_module.split_gap_wait
+    split = tick_module.split_gap_wait
 
     def recorded_split(gap_left_s: float) -> tuple[float, float]:
         waits.append(split(gap_left_s))
         return waits[-1]
 
-    monkeypatch.setattr(group_module, "split_gap_wait", recorded_split)
+    monkeypatch.setattr(tick_module, "split_gap_wait", recorded_split)
     (port,) = pick_port_runs(1, 1)
     addr = f"127.0.0.1:{port}"
     settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS, fire_batch=FIRE_BATCH)

@@ -295,6 +295,7 @@ def test_two_replicas_answer_alike_and_snapshot_identical_bytes(history):
         answer_second = apply_entry(second, entry)
         assert answer_first == answer_second, (index, msgpack.unpackb(entry, raw=False))
         assert first.snapshot() == second.snapshot(), (index, msgpack.unpackb(entry, raw=False))
+        first.check_invariants()
     assert observable(first) == observable(second)
 
 

@@ -9,7 +9,7 @@ import pytest
 from queen_raft.api.errors import RAFT_UNAVAILABLE_REASONS, UNAVAILABLE_REASONS, ApiError
 from queen_raft.api.openapi import document
 from queen_raft.raft import GroupUnavailable
-from queen_raft.raft import group as raft_group
+from queen_raft.raft import errors as raft_errors
 from test_api_fake_group import ApiHarness
 
 PAYLOAD = base64.b64encode(b'{"n": 1}').decode()
@@ -21,7 +21,7 @@ def schedule(key: str = "k", queue: str = "orders") -> dict:
 
 def test_the_reasons_are_the_raft_layers_and_the_apis_own():
     # Every reason the Raft layer can raise (each has its Retry-After) is a documented one.
-    raised = set(raft_group._RETRY_AFTER_BY_REASON) | set(raft_group._REASON_BY_FAIL.values())
+    raised = set(raft_errors._RETRY_AFTER_BY_REASON) | set(raft_errors._REASON_BY_FAIL.values())
     assert raised == set(RAFT_UNAVAILABLE_REASONS)
     assert set(UNAVAILABLE_REASONS) - set(RAFT_UNAVAILABLE_REASONS) == {"paused", "no_encryption_key"}
 

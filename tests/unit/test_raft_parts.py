@@ -13,7 +13,8 @@ from pysyncobj.transport import TCPTransport
 
 from queen_raft import clock
 from queen_raft.raft import RaftSettings
-from queen_raft.raft.group import GroupUnavailable, is_loopback_host
+from queen_raft.raft.errors import GroupUnavailable
+from queen_raft.raft.loopback import is_loopback_host
 from queen_raft.raft.journal import (
     CompactionGuardedJournal,
     DurableMetaStorer,

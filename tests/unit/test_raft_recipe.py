@@ -298,15 +298,17 @@ def test_the_chunked_append_path_the_override_passes_through_is_never_taken():
 
 
 def test_follower_append_override_is_a_real_override_used_by_the_group():
-    from queen_raft.raft import group
+    from queen_raft.raft import construction, group
 
     override = LogMatchingSyncObj._SyncObj__onMessageReceived
     assert override is not SyncObj._SyncObj__onMessageReceived
     assert params(override) == params(SyncObj._SyncObj__onMessageReceived) == ["self", "node", "message"]
     assert issubclass(CoalescingSyncObj, LogMatchingSyncObj)
     assert CoalescingSyncObj._SyncObj__onMessageReceived is override
-    assert "CoalescingSyncObj(" in source(group.TenantGroup.__init__)
-    assert "SyncObj(" not in source(group.TenantGroup.__init__).replace("CoalescingSyncObj(", "")
+    assert "build_syncobj(" in source(group.TenantGroup.__init__)
+    assert "SyncObj(" not in source(group.TenantGroup.__init__)
+    assert "CoalescingSyncObj(" in source(construction.build_syncobj)
+    assert "SyncObj(" not in source(construction.build_syncobj).replace("CoalescingSyncObj(", "")
 
 
 # -- SyncObj: the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------

@@ -1,4 +1,4 @@
-"""The leader tick's wait for the minimum gap (queen_raft.raft.group.split_gap_wait).
+"""The leader tick's wait for the minimum gap (queen_raft.raft.tick.split_gap_wait).
 
 asyncio's epoll selector rounds every timeout up to whole ms, so a plain asyncio.sleep(gap_left)
 woke 0-1 ms late (0.8 ms p50 between drain ticks), 14 % of the default drain rate at a 5 ms gap.
@@ -13,7 +13,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queen_raft.raft.group import LOOP_TIMER_GRANULARITY_S, split_gap_wait
+from queen_raft.raft.tick import LOOP_TIMER_GRANULARITY_S, split_gap_wait
 
 # A gap left anywhere from nothing to a few ticks' worth of the largest sensible min_gap_ms.
 GAPS_S = st.floats(min_value=-0.01, max_value=2.0, allow_nan=False, allow_infinity=False)
