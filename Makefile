@@ -45,6 +45,17 @@ cluster: venv
 cluster-status: venv
 	$(BIN)/python -m queen_raft cluster status --config $(CLUSTER_CONFIG)
 
+# One node of the cluster, while `make cluster` runs or without it: `make node-kill NODE=n2` (SIGKILL),
+# node-stop (SIGTERM, waits), node-start (detached; a running `make cluster` adopts it), node-restart.
+# cluster-restart-all restarts every node one at a time, each caught up before the next.
+.PHONY: node-start node-stop node-kill node-restart cluster-restart-all
+node-start node-stop node-kill node-restart: venv
+	@test -n "$(NODE)" || { echo "give the node: make $@ NODE=n2"; exit 2; }
+	$(BIN)/python -m queen_raft cluster $(patsubst node-%,%,$@) $(NODE) --config $(CLUSTER_CONFIG)
+
+cluster-restart-all: venv
+	$(BIN)/python -m queen_raft cluster restart-all --config $(CLUSTER_CONFIG)
+
 # The suite of issue 6 (bench/): ours against Redis and PostgreSQL, installed by the suite itself.
 # One scenario alone: $(BIN)/python -m bench <scenario> [--quick]
 bench: venv

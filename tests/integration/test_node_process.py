@@ -22,13 +22,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_cluster_status_shows_every_group_on_every_node(node_cluster):
     result = run_cli("cluster", "status", "--config", str(node_cluster.config_path))
     assert result.returncode == 0, result.stderr
+    # node, pid ("-": the fixture's nodes have no pid file), tenant, role, leader, ..., commit, applied
     rows = [line.split() for line in result.stdout.splitlines()[1:]]
-    assert {(row[0], row[1]) for row in rows} == {(n, t) for n in node_cluster.node_ids for t in TENANTS}
+    assert {(row[0], row[1], row[2]) for row in rows} == {(n, "-", t) for n in node_cluster.node_ids for t in TENANTS}
     for tenant in TENANTS:
-        roles = sorted(row[2] for row in rows if row[1] == tenant)
+        roles = sorted(row[3] for row in rows if row[2] == tenant)
         assert roles == ["follower", "follower", "leader"]
-        leader_node = next(row[0] for row in rows if row[1] == tenant and row[2] == "leader")
-        assert {row[3] for row in rows if row[1] == tenant} == {leader_node}  # every node names the same leader
+        leader_node = next(row[0] for row in rows if row[2] == tenant and row[3] == "leader")
+        assert {row[4] for row in rows if row[2] == tenant} == {leader_node}  # every node names the same leader
         assert all(int(row[-1]) >= 1 and int(row[-2]) >= 1 for row in rows)
 
 

@@ -1,0 +1,51 @@
+"""What the nodes of a cluster say about themselves: GET /health of each, and `cluster status`'s table."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from queen_raft.cli.node_pids import running_pid
+from queen_raft.config import ClusterConfig
+
+HEALTH_TIMEOUT_S = 2.0
+
+
+def fetch_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[int, dict | None]:
+    """(HTTP status, body) of GET /health; (0, None) when the node does not answer."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read())
+        except ValueError:
+            return exc.code, None
+    except (OSError, ValueError):
+        return 0, None
+
+
+def cluster_status_lines(config: ClusterConfig, config_path: Path | None = None) -> list[str]:
+    """One row per node and tenant. `pid` is the node's process on this machine, by its pid file
+    (`-` when it has none here: not started by queen-raft cluster, or on another machine)."""
+    lines = [f"{'node':<6} {'pid':>8} {'tenant':<16} {'role':<10} {'leader':<28} {'term':>6} {'commit':>8} {'applied':>8}"]
+    # /health names a leader by its Raft address; say which node that is.
+    node_by_raft_addr = {n.raft_addr(t.index): n.id for n in config.nodes for t in config.tenants}
+    for node in config.nodes:
+        pid = running_pid(config, config_path, node.id) if config_path is not None else None
+        pid_text = str(pid) if pid is not None else "-"
+        status, body = fetch_health(node.http_url)
+        if body is None:
+            state = "not running" if config_path is not None and pid is None else "running"
+            lines.append(f"{node.id:<6} {pid_text:>8} (no answer from {node.http_url}; {state})")
+            continue
+        for tenant, group in body.get("groups", {}).items():
+            leader = group.get("leader")
+            leader_text = f"{node_by_raft_addr.get(leader, '?')} ({leader})" if leader else "-"
+            lines.append(
+                f"{node.id:<6} {pid_text:>8} {tenant:<16} {str(group.get('role')):<10} {leader_text:<28} "
+                f"{group.get('term')!s:>6} {group.get('commitIndex')!s:>8} {group.get('appliedIndex')!s:>8}"
+            )
+    return lines
