@@ -24,12 +24,15 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
 from queen_raft.config import ClusterConfig
 
 PROC = Path("/proc")
+# How long an empty command line of a live process is read again (see _command_line).
+EXEC_SETTLE_S = 0.5
 
 
 def run_dir(config: ClusterConfig) -> Path:
@@ -70,15 +73,31 @@ def is_node_process(pid: int, config_path: Path, node_id: str) -> bool:
         except PermissionError:
             return True
         return True
-    try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
+    raw = _command_line(pid)
+    if raw is None:
         return False
-    args = raw.decode("utf-8", "replace").split("\0")  # a zombie's is empty
+    args = raw.decode("utf-8", "replace").split("\0")
     if "queen_raft" not in args or "node" not in args or _argument_after(args, "--id") != node_id:
         return False
     config = _argument_after(args, "--config")
     return config is not None and Path(config).resolve() == Path(config_path).resolve()
+
+
+def _command_line(pid: int) -> bytes | None:
+    """/proc/PID/cmdline; None when the process is gone or a zombie. A process that is finishing
+    its exec shows an empty one for a moment (its launcher may already know its PID): read again."""
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        try:
+            raw = (PROC / str(pid) / "cmdline").read_bytes()
+            stat = (PROC / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        if stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"]):
+            return None
+        if raw or time.monotonic() > deadline:
+            return raw
+        time.sleep(0.005)
 
 
 def pid_file(config: ClusterConfig, node_id: str) -> Path:
