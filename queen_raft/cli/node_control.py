@@ -29,7 +29,7 @@ from pathlib import Path
 
 from queen_raft.cli.cluster_health import fetch_health
 from queen_raft.cli.node_pids import (describe_exit, is_node_process, launch_lock, log_dir, log_path, node_command,
-                                      read_exit, remove_pid, running_pid, write_exit, write_pid)
+                                      remove_pid, running_pid, wait_exit_record, write_exit, write_pid)
 from queen_raft.config import ClusterConfig, NodeConfig, load_config
 
 # A node that has not exited this long after SIGTERM is killed (it may be stuck on a peer).
@@ -87,11 +87,12 @@ def _run_keeper(config: ClusterConfig, config_path: Path, node_id: str, report_f
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # a caller reading our output must see it end when the command returns
         os.dup2(devnull, fd)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(log_path(config, node_id), "ab") as log:
         proc = subprocess.Popen(node_command(config_path, node_id), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+    # After the launch, so that the node keeps the default dispositions (an ignored signal is inherited).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A keeper told to stop passes it on: the node is what must stop.
     signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
     write_pid(config, node_id, proc.pid)
@@ -137,8 +138,7 @@ def wait_answering(config: ClusterConfig, config_path: Path, node_id: str, pid: 
         if isinstance(body, dict) and body.get("node") == node_id:
             return None
         if not is_node_process(pid, config_path, node_id):
-            time.sleep(0.2)  # room for the keeper to record the exit
-            return f"exited while starting: {describe_exit(read_exit(config, node_id, pid))}"
+            return f"exited while starting: {describe_exit(wait_exit_record(config, node_id, pid))}"
         time.sleep(POLL_INTERVAL_S)
     return f"does not answer on {node.http_url} after {timeout_s:.0f} s"
 

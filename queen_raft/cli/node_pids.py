@@ -31,6 +31,9 @@ from typing import Iterator
 from queen_raft.config import ClusterConfig
 
 PROC = Path("/proc")
+# A keeper records its node's exit right after the node dies; how long a reader waits for that
+# record before calling the status unknown (the node was not started by a keeper, or it was killed).
+EXIT_RECORD_WAIT_S = 2.0
 # How long an empty command line of a live process is read again (see _command_line).
 EXEC_SETTLE_S = 0.5
 
@@ -158,6 +161,16 @@ def read_exit(config: ClusterConfig, node_id: str, pid: int) -> int | None:
         return None
     returncode = record.get("returncode")
     return returncode if isinstance(returncode, int) else None
+
+
+def wait_exit_record(config: ClusterConfig, node_id: str, pid: int, timeout_s: float = EXIT_RECORD_WAIT_S) -> int | None:
+    """read_exit, polled: a keeper writes the record right after its node dies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        returncode = read_exit(config, node_id, pid)
+        if returncode is not None or time.monotonic() > deadline:
+            return returncode
+        time.sleep(0.05)
 
 
 def describe_exit(returncode: int | None) -> str:

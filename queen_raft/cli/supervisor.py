@@ -22,12 +22,9 @@ from pathlib import Path
 from queen_raft.cli.node_control import (NODE_KILL_TIMEOUT_S, NODE_STOP_TIMEOUT_S, check_startable,
                                          prepare_to_launch)
 from queen_raft.cli.node_pids import (describe_exit, is_node_process, launch_lock, log_path, node_command,
-                                      read_exit, remove_pid, running_pid, write_pid)
+                                      remove_pid, running_pid, wait_exit_record, write_pid)
 from queen_raft.config import ClusterConfig
 
-# The keeper of a detached node records its exit right after the node dies; this is how long an
-# adopting supervisor waits for that record before saying the status is unknown.
-EXIT_RECORD_WAIT_S = 2.0
 POLL_INTERVAL_S = 0.1
 
 
@@ -80,16 +77,8 @@ class Supervisor:
         for node_id, pid in list(self.adopted.items()):
             if not is_node_process(pid, self.config_path, node_id):
                 del self.adopted[node_id]
-                gone.append((node_id, f"pid {pid}, {describe_exit(self._recorded_exit(node_id, pid))}"))
+                gone.append((node_id, f"pid {pid}, {describe_exit(wait_exit_record(self.config, node_id, pid))}"))
         return gone
-
-    def _recorded_exit(self, node_id: str, pid: int) -> int | None:
-        deadline = time.monotonic() + EXIT_RECORD_WAIT_S
-        while True:
-            returncode = read_exit(self.config, node_id, pid)
-            if returncode is not None or time.monotonic() > deadline:
-                return returncode
-            time.sleep(POLL_INTERVAL_S / 2)
 
     def adopt_new(self) -> list[str]:
         """Adopts the nodes started since (by `cluster start`); a line for each."""
