@@ -11,14 +11,16 @@ They work with or without a running `cluster up`: the node is found through its 
   right after finds the ports free.
 - `restart` is `stop` (when running) then `start`.
 
-Refusals (exit 2, one line, nothing changed): an unknown node id; `start` of a node that is running
-(by its pid file, or answering on its HTTP port without one) or whose ports another process holds;
-`stop` or `kill` of a node that is not running.
+Refusals (exit 2, one line, nothing changed): an unknown node id; `start` of a node whose host is
+not an address of this machine, of a node that is running (by its pid file, or answering on its
+HTTP port without one), or of one whose ports another process holds; `stop` or `kill` of a node
+that is not running.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import socket
@@ -51,6 +53,21 @@ def prepare_to_launch(config: ClusterConfig) -> None:
     log_dir(config).mkdir(parents=True, exist_ok=True)
 
 
+def host_is_local(host: str) -> bool:
+    """Whether this machine can listen on `host` (binding sends nothing on the network)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address[0], 0))
+        except OSError as exc:
+            return exc.errno != errno.EADDRNOTAVAIL
+    return True
+
+
 def ports_in_use(node: NodeConfig, tenant_count: int) -> list[int]:
     """The node's ports (HTTP, and one Raft port per tenant) that cannot be bound on its host now."""
     busy = []
@@ -68,6 +85,9 @@ def ports_in_use(node: NodeConfig, tenant_count: int) -> list[int]:
 def check_startable(config: ClusterConfig, config_path: Path, node_id: str) -> None:
     """Raises NodeCommandError when the node runs already or its ports are taken."""
     node = config.node(node_id)
+    if not host_is_local(node.host):
+        raise NodeCommandError(f"node {node_id}'s host {node.host} is not an address of this machine: "
+                               "start it on its own machine")
     pid = running_pid(config, config_path, node_id)
     if pid is not None:
         raise NodeCommandError(f"node {node_id} is already running (pid {pid})")

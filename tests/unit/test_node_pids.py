@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from queen_raft.cli.node_control import NodeCommandError, check_startable
 from queen_raft.cli.node_pids import describe_exit, is_node_process, running_pid, write_pid
 from queen_raft.config import parse_config
 
@@ -81,3 +84,15 @@ def test_exit_descriptions():
     assert describe_exit(65) == "exit status 65"
     assert describe_exit(-9) == "killed by signal 9 (SIGKILL)"
     assert describe_exit(None) == "exit status unknown"
+
+
+def test_a_node_of_another_machine_is_not_started_here(tmp_path):
+    config = parse_config({
+        "cluster": {"name": "t", "data_dir": str(tmp_path / "data")},
+        # 192.0.2.0/24 is TEST-NET-1: no machine has it; binding to it sends nothing
+        "nodes": [{"id": "n1", "host": "192.0.2.1", "http_port": 20001, "raft_port": 20002}],
+        "tenants": [{"name": "acme", "tokens": [{"token_sha256": "0" * 64, "level": "admin"}]}],
+        "settings": {"raft_password": "pw"},
+    }, env={})
+    with pytest.raises(NodeCommandError, match="host 192.0.2.1 is not an address of this machine"):
+        check_startable(config, tmp_path / "c.toml", "n1")
