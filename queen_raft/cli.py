@@ -18,6 +18,7 @@ from pathlib import Path
 
 from queen_raft.cli_client import add_client_commands
 from queen_raft.config import ClusterConfig, ConfigError, load_config
+from queen_raft.peer_password import ensure_dev_raft_password
 
 # `cluster up` waits this long for every node to report a leader in every group: an election is
 # ~0.3 s, the interpreter and pysyncobj start in ~0.5 s; the rest is room for a loaded machine.
@@ -95,6 +96,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     """Starts every node of the config, waits until every group has a leader, prints how to use
     it, and stops the nodes (by PID) on Ctrl-C, SIGTERM or SIGHUP."""
     config = load_config(args.config)
+    ensure_dev_raft_password(config)  # a dev config names no password: its nodes read this one
     log_dir = config.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     processes: dict[str, subprocess.Popen] = {}

@@ -281,7 +281,8 @@ class TenantGroup:
             onStateChanged=self._on_state_changed,
         )
         transport_class = functools.partial(
-            GroupTransport, dial_map=self.dial_map, group_commit=settings.fsync == "group"
+            GroupTransport, dial_map=self.dial_map, group_commit=settings.fsync == "group",
+            handshake_timeout_s=settings.handshake_timeout_s,
         )
         # A follower appends only what its log lacks and never deletes a committed entry
         # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.
