@@ -171,12 +171,15 @@ class FastTcpConnection(TcpConnection):
                 token = data
                 data = self.encryptor.decrypt(token)
                 data_timestamp = fernet_timestamp(token)
-                assert data_timestamp >= self.recvLastTimestamp
+                # Explicit checks, not stock's asserts: replay protection must hold under python -O.
+                if data_timestamp < self.recvLastTimestamp:
+                    raise ValueError("a frame older than the last one")
                 self.recvLastTimestamp = data_timestamp
             message = pysyncobj.pickle.loads(zlib.decompress(data))
             if self.recvRandKey:
                 rand_key, message = message
-                assert rand_key == self.recvRandKey
+                if rand_key != self.recvRandKey:
+                    raise ValueError("a frame of another connection")
         except Exception:
             # As stock: a frame that does not decrypt, decompress or unpickle drops the connection.
             FastTcpConnection.frames_dropped += 1
