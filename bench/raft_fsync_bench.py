@@ -1,12 +1,14 @@
 """What fsync="group" costs against fsync="off": three node processes of one TenantGroup on 127.0.0.1.
 
     .venv/bin/python bench/raft_fsync_bench.py [--count 3000] [--concurrency 256] [--size 100]
+        [--modes off,group] [--passwords on,off]
 
 For each mode it starts three fresh nodes (data under a temp dir), and inside the leader process
 (then a follower) measures propose() latency one at a time (p50/p99, ms) and throughput with
 --concurrency proposals in flight; then it prints the journal flushes each node made. The workload
 runs inside a node process so that the figures are the Raft layer's, not an HTTP client's.
-Every process it starts is stopped by PID.
+Every process it starts is stopped by PID. --passwords says whether the nodes have a Raft password
+(every real node has one: its frames are Fernet-encrypted); `on,off` measures what that costs.
 """
 
 from __future__ import annotations
@@ -15,18 +17,28 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-RAFT_BASE_PORT = 17700
-HTTP_BASE_PORT = 17710
+# The nodes' Raft password travels in the environment, not argv (visible to every user).
+PASSWORD_ENV = "QUEEN_BENCH_RAFT_PASSWORD"
+# Fixed ports (nodes i = 0..2 use base + i), so that a node process finds its peers; --base-port
+# (passed to the nodes in BASE_PORT_ENV) moves them off ports another run or test holds.
+BASE_PORT_ENV = "QUEEN_BENCH_RAFT_BASE_PORT"
+RAFT_BASE_PORT = int(os.environ.get(BASE_PORT_ENV, "17700"))
+HTTP_BASE_PORT = RAFT_BASE_PORT + 10
 NODES = 3
 START_TIMEOUT_S = 15.0
+# The previous mode's nodes (or a child one forked) may hold the fixed ports for a moment after they
+# exit: a run waits this long for them to be free.
+PORTS_FREE_TIMEOUT_S = 60.0
 
 
 class CounterState:
@@ -64,7 +76,8 @@ async def run_node(args) -> None:
 
     addrs = [f"127.0.0.1:{RAFT_BASE_PORT + i}" for i in range(NODES)]
     group = TenantGroup("bench", addrs[args.index], addrs, args.data_dir,
-                        RaftSettings(fsync=args.fsync, tick_ms=0), CounterState, CounterState.restore)
+                        RaftSettings(fsync=args.fsync, tick_ms=0, password=os.environ.get(PASSWORD_ENV) or None),
+                        CounterState, CounterState.restore)
     group.start_tick_loop(asyncio.get_running_loop())
 
     async def status(request):
@@ -126,26 +139,49 @@ def wait_for_leader() -> int:
     raise RuntimeError("no leader")
 
 
-def run_mode(fsync: str, args) -> None:
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for_free_ports() -> None:
+    ports = [base + i for base in (RAFT_BASE_PORT, HTTP_BASE_PORT) for i in range(NODES)]
+    deadline = time.monotonic() + PORTS_FREE_TIMEOUT_S
+    while not all(port_free(port) for port in ports):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ports {ports} still taken after {PORTS_FREE_TIMEOUT_S} s")
+        time.sleep(0.1)
+
+
+def run_mode(fsync: str, password: str, args) -> None:
+    wait_for_free_ports()
     data_root = tempfile.mkdtemp(prefix=f"raft-fsync-{fsync}-")
+    env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
+    if password == "on":
+        env[PASSWORD_ENV] = secrets.token_urlsafe(32)
     processes = []
     try:
         for i in range(NODES):
             processes.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "node", "--index", str(i), "--fsync", fsync,
                  "--data-dir", os.path.join(data_root, f"n{i}")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             ))
         leader = wait_for_leader()
         follower = (leader + 1) % NODES
         spec = {"count": args.count, "concurrency": args.concurrency, "size": args.size}
         for caller, index in (("leader", leader), ("follower", follower)):
             r = http("POST", HTTP_BASE_PORT + index, "/bench", spec)
-            print(f"fsync={fsync:5s} {caller:8s} {args.size} B: sequential p50 {r['p50']:.2f} ms, "
+            print(f"fsync={fsync:5s} password={password:3s} {caller:8s} {args.size} B: sequential p50 {r['p50']:.2f} ms, "
                   f"p99 {r['p99']:.2f} ms; {args.concurrency} in flight: {r['throughput']:.0f} commits/s")
         entries = 4 * args.count
         flushes = [http("GET", HTTP_BASE_PORT + i, "/status")["journalFlushes"] for i in range(NODES)]
-        print(f"fsync={fsync:5s} journal flushes per node for {entries} entries: {flushes}")
+        print(f"fsync={fsync:5s} password={password:3s} journal flushes per node for {entries} entries: {flushes}")
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -159,6 +195,7 @@ def run_mode(fsync: str, args) -> None:
 
 
 def main() -> None:
+    global RAFT_BASE_PORT, HTTP_BASE_PORT
     if len(sys.argv) > 1 and sys.argv[1] == "node":
         parser = argparse.ArgumentParser()
         parser.add_argument("node")
@@ -172,9 +209,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--modes", default="off,group")
+    parser.add_argument("--passwords", default="on", help="on, off or on,off: nodes with a Raft password")
+    parser.add_argument("--base-port", type=int, default=RAFT_BASE_PORT,
+                        help="Raft ports base..base+2, HTTP ports base+10..base+12")
     args = parser.parse_args()
+    RAFT_BASE_PORT, HTTP_BASE_PORT = args.base_port, args.base_port + 10
+    os.environ[BASE_PORT_ENV] = str(args.base_port)
     for fsync in args.modes.split(","):
-        run_mode(fsync, args)
+        for password in args.passwords.split(","):
+            if password not in ("on", "off"):
+                parser.error(f"--passwords: {password!r} is neither on nor off")
+            run_mode(fsync, password, args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -130,6 +131,7 @@ class Cluster:
         self.run_dir = run_dir
         self.spec = spec or ClusterSpec()
         self.config_path = run_dir / "cluster.toml"
+        self.raft_password = secrets.token_urlsafe(32)
         self.data_dir = run_dir / "data"
         self.log_dir = run_dir / "nodes"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +194,9 @@ class Cluster:
             "",
             "[settings]",
         ]
-        for key, value in sorted(self.spec.settings.items()):
+        # Every config has a Raft password (queen_raft/peer_password.py): one per run.
+        settings = {"raft_password": self.raft_password, **self.spec.settings}
+        for key, value in sorted(settings.items()):
             lines.append(f"{key} = {json.dumps(value)}")
         return "\n".join(lines) + "\n"
 

@@ -133,7 +133,11 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("timer_fire_max_bytes", "QUEEN_RAFT_TIMER_FIRE_MAX_BYTES", 4 * MIB, _parse_int, _int_at_least(1)),
     _SettingSpec("commit_timeout_ms", "QUEEN_RAFT_COMMIT_TIMEOUT_MS", 5000, _parse_int, _int_at_least(1)),
     _SettingSpec("fsync", "QUEEN_RAFT_FSYNC", "group", _parse_str, _one_of("group", "off")),
+    # The Raft peer password, or a file holding it; a node starts only with one (peer_password.py).
     _SettingSpec("raft_password", "QUEEN_RAFT_PASSWORD", None, _parse_str, _optional_str),
+    _SettingSpec("raft_password_file", "QUEEN_RAFT_PASSWORD_FILE", None, _parse_str, _optional_str),
+    # An inbound Raft connection that has not proven the password and named its node by then is closed.
+    _SettingSpec("raft_handshake_timeout_s", "QUEEN_RAFT_HANDSHAKE_TIMEOUT_S", 5.0, _parse_float, _positive_float),
     # Election timing: with these, a new leader takes about 0.3 s (pysyncobj's defaults take seconds).
     _SettingSpec("election_min_s", "QUEEN_RAFT_ELECTION_MIN_S", 0.2, _parse_float, _positive_float),
     _SettingSpec("election_max_s", "QUEEN_RAFT_ELECTION_MAX_S", 0.6, _parse_float, _positive_float),
@@ -189,6 +193,8 @@ class Settings:
     commit_timeout_ms: int = 5000
     fsync: str = "group"
     raft_password: str | None = None
+    raft_password_file: str | None = None
+    raft_handshake_timeout_s: float = 5.0
     election_min_s: float = 0.2
     election_max_s: float = 0.6
     append_entries_period_s: float = 0.05
@@ -572,10 +578,11 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
                 f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
                 "dial target is loopback; store them as token_sha256"
             )
-        if not settings.raft_password:
+        if not settings.raft_password and not settings.raft_password_file:
             raise ConfigError(
                 f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
-                "(settings raft_password or QUEEN_RAFT_PASSWORD): the peer protocol is pickle"
+                "named in the config (settings raft_password or raft_password_file, or QUEEN_RAFT_PASSWORD or "
+                "QUEEN_RAFT_PASSWORD_FILE): the peer protocol is pickle"
             )
 
     return ClusterConfig(

@@ -25,6 +25,7 @@ from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import ClusterConfig, NodeConfig, Settings
+from queen_raft.peer_password import resolve_raft_password
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
 from queen_raft.raft.damaged import DamagedDataError, on_runtime_damage, remove_runtime_damage_listener
 from queen_raft.raft.damaged import exit_code_for as damaged_data_exit_code
@@ -87,6 +88,7 @@ def raft_settings(settings: Settings) -> RaftSettings:
         max_in_flight=settings.max_in_flight,
         log_compaction_min_entries=settings.log_compaction_min_entries,
         password=settings.raft_password,
+        handshake_timeout_s=settings.raft_handshake_timeout_s,
     )
 
 
@@ -108,7 +110,7 @@ def _destroy_groups(groups: dict[str, TenantGroup]) -> None:
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     """Constructs every tenant group (main thread) and the serving state of the API."""
     node = config.node(node_id)
-    settings = raft_settings(config.settings)
+    settings = raft_settings(resolve_raft_password(config).settings)
     metrics_groups: dict[str, TenantGroup] = {}
     metrics = ApiMetrics(groups_source=lambda: metrics_groups)
     groups: dict[str, TenantGroup] = {}

@@ -33,6 +33,7 @@ from queen_raft.cli.cluster_health import fetch_health
 from queen_raft.cli.node_pids import (describe_exit, is_node_process, launch_lock, log_dir, log_path, node_command,
                                       remove_pid, running_pid, wait_exit_record, write_exit, write_pid)
 from queen_raft.config import ClusterConfig, NodeConfig, load_config
+from queen_raft.peer_password import ensure_dev_raft_password
 
 # A node that has not exited this long after SIGTERM is killed (it may be stuck on a peer).
 NODE_STOP_TIMEOUT_S = 10.0
@@ -49,8 +50,10 @@ class NodeCommandError(Exception):
 
 
 def prepare_to_launch(config: ClusterConfig) -> None:
-    """What every launch of a node of this config needs first (its log directory)."""
+    """What every launch of a node of this config needs first: its log directory, and for a dev
+    config that names no Raft password, the generated one (peer_password.py)."""
     log_dir(config).mkdir(parents=True, exist_ok=True)
+    ensure_dev_raft_password(config)
 
 
 def host_is_local(host: str) -> bool:

@@ -6,12 +6,18 @@ buffers by copying (quadratic in a backlog). Together: a 1 MiB entry took ~2 s a
 elections. This subclass fixes each cause and stays wire-compatible with stock nodes (the receiver
 still zlib-decompresses and unpickles).
 
+It also bounds what a connection buffers: with a password, a frame may announce at most
+MAX_HANDSHAKE_FRAME_BYTES until one frame has been decrypted (so the sender knows the password), and
+MAX_PEER_FRAME_BYTES after. A frame announcing more closes the connection when its header arrives,
+before its body is buffered, and nothing is unpickled before its Fernet signature checked out.
+
 It overrides private, name-mangled members of pysyncobj 0.3.17's TcpConnection;
 tests/unit/test_raft_recipe.py fails if those members change.
 """
 
 from __future__ import annotations
 
+import base64
 import socket
 import struct
 import zlib
@@ -24,16 +30,35 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
+from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_BYTES
+
 # zlib level 0 is "stored": the frame stays valid for stock receivers, at 1.6 ms/MiB instead of
 # 53 ms/MiB per follower. Our payloads are zstd or small; level 3 bought nothing.
 WIRE_ZLIB_LEVEL = 0
 # Protocol 4 pickles bytes as bytes (protocol 2 makes a 1 MiB argument a 1.5 MiB latin-1 str).
 WIRE_PICKLE_PROTOCOL = 4
 _FRAME_HEADER = struct.Struct("i")  # pysyncobj's frame: native-endian signed length
+# A Fernet token is URL-safe base64 of version (1 byte) | timestamp (8, big-endian) | IV | ...;
+# its first 12 characters decode to exactly the version and the timestamp.
+_FERNET_HEAD_CHARS = 12
+_FERNET_TIMESTAMP = struct.Struct(">Q")
+
+
+def fernet_timestamp(token: bytes) -> int:
+    """The timestamp of a Fernet token (as Fernet.extract_timestamp, without checking the HMAC:
+    call it on a token that decrypt() accepted)."""
+    return _FERNET_TIMESTAMP.unpack_from(base64.urlsafe_b64decode(token[:_FERNET_HEAD_CHARS]), 1)[0]
 
 
 class FastTcpConnection(TcpConnection):
+    # By every connection of the process: frames refused for their announced length, and frames
+    # dropped because they did not decrypt (another password, or none), decompress or unpickle.
+    frames_refused = 0
+    frames_dropped = 0
+
     def __init__(self, *args, **kwargs):
+        # Before super().__init__(): an accepted socket is subscribed to the poller there.
+        self.peer_proven = False  # a whole frame was read (and, with a password, decrypted)
         super().__init__(*args, **kwargs)
         self._TcpConnection__readBuffer = bytearray()
         self._TcpConnection__writeBuffer = bytearray()
@@ -46,6 +71,7 @@ class FastTcpConnection(TcpConnection):
 
     def disconnect(self):
         super().disconnect()
+        self.peer_proven = False
         self._use_bytearray_buffers()
 
     def _use_bytearray_buffers(self) -> None:
@@ -94,9 +120,43 @@ class FastTcpConnection(TcpConnection):
         del write_buffer[:sent]  # in place: no copy of the rest of the backlog
         return True
 
+    def frame_limit(self) -> int:
+        # Without a password nothing is proven by a frame, and a dialer's first frame from the
+        # peer may be an append_entries: only a connection with a password has a handshake to cap.
+        if self.peer_proven or self.encryptor is None:
+            return MAX_PEER_FRAME_BYTES
+        return MAX_HANDSHAKE_FRAME_BYTES
+
+    def _first_frame_refused(self) -> bool:
+        """The frame at the head of the read buffer announces a length we never accept."""
+        read_buffer = self._TcpConnection__readBuffer
+        if len(read_buffer) < _FRAME_HEADER.size:
+            return False
+        length = _FRAME_HEADER.unpack_from(read_buffer, 0)[0]
+        return length < 0 or length > self.frame_limit()
+
+    def _refuse_frame(self) -> None:
+        FastTcpConnection.frames_refused += 1
+        self.disconnect()
+
+    def _TcpConnection__processRead(self):
+        if len(self._TcpConnection__readBuffer) > self.frame_limit() + _FRAME_HEADER.size:
+            # A whole frame is buffered: parse it before reading more (the poll is level-triggered,
+            # so what is left in the socket is reported again).
+            return False
+        if not super()._TcpConnection__processRead():
+            return False
+        if self._first_frame_refused():
+            self._refuse_frame()
+            return False
+        return True
+
     def _TcpConnection__processParseMessage(self):
         read_buffer = self._TcpConnection__readBuffer
         if len(read_buffer) < 4:
+            return None
+        if self._first_frame_refused():
+            self._refuse_frame()
             return None
         length = _FRAME_HEADER.unpack_from(read_buffer, 0)[0]
         if len(read_buffer) - 4 < length:
@@ -104,19 +164,29 @@ class FastTcpConnection(TcpConnection):
         data = bytes(read_buffer[4 : 4 + length])
         try:
             if self.encryptor:
-                data_timestamp = self.encryptor.extract_timestamp(data)
-                assert data_timestamp >= self.recvLastTimestamp
+                # decrypt() checks the HMAC over the whole token first: a frame not made with the
+                # password is dropped here, before decompression or unpickling. Stock code also
+                # called extract_timestamp(), which checks the same HMAC again (a third of the
+                # receive cost of a large frame); the timestamp is read from the checked token.
+                token = data
+                data = self.encryptor.decrypt(token)
+                data_timestamp = fernet_timestamp(token)
+                # Explicit checks, not stock's asserts: replay protection must hold under python -O.
+                if data_timestamp < self.recvLastTimestamp:
+                    raise ValueError("a frame older than the last one")
                 self.recvLastTimestamp = data_timestamp
-                data = self.encryptor.decrypt(data)
             message = pysyncobj.pickle.loads(zlib.decompress(data))
             if self.recvRandKey:
                 rand_key, message = message
-                assert rand_key == self.recvRandKey
+                if rand_key != self.recvRandKey:
+                    raise ValueError("a frame of another connection")
         except Exception:
             # As stock: a frame that does not decrypt, decompress or unpickle drops the connection.
+            FastTcpConnection.frames_dropped += 1
             self.disconnect()
             return None
         del read_buffer[: 4 + length]
+        self.peer_proven = True
         return message
 
 

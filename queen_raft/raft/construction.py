@@ -86,7 +86,8 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     register_journal(files.journal_file, settings.fsync, files.full_dump_file)
     conf = syncobj_conf(settings, bind_address, files, on_state_changed)
     transport_class = functools.partial(
-        GroupTransport, dial_map=dial_map, group_commit=settings.fsync == "group"
+        GroupTransport, dial_map=dial_map, group_commit=settings.fsync == "group",
+        handshake_timeout_s=settings.handshake_timeout_s,
     )
     # A follower appends only what its log lacks and never deletes a committed entry
     # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.

@@ -25,6 +25,26 @@ SOCKET_BUFFER_BYTES = 4 * MiB
 # this timeout, so keep it small but above the election maximum.
 CONNECTION_TIMEOUT_S = 3.5
 
+# The largest frame a peer may send once its first frame proved the password. The largest frame a
+# node itself sends is an append_entries message: pysyncobj fills one with entries until their bytes
+# reach appendEntriesBatchSizeBytes, so it carries at most that plus one more entry
+# (APPEND_ENTRIES_BATCH_SIZE_BYTES + MAX_ENTRY_BYTES = 17 MiB), plus pickling (about 16 B per
+# entry), and Fernet's base64 makes the frame 4/3 of that. Snapshot chunks (pysyncobj's
+# logCompactionBatchSize, 64 KiB) are far smaller. 64 MiB keeps room for ~2 million small entries
+# in one message; a frame announcing more is refused (connection closed) before it is buffered.
+MAX_PEER_FRAME_BYTES = 64 * MiB
+# The largest frame before the password is proven: the handshake's frames are a 32-byte random key
+# or the dialer's address (~200 B encrypted). A stranger can make a node buffer at most this much.
+MAX_HANDSHAKE_FRAME_BYTES = 64 * 1024
+# An inbound connection that has not completed the handshake (proven the password and named its
+# node) this long after it was accepted is closed. A peer's handshake is one round trip (~1 ms);
+# the rest is room for a loaded node. Config: raft_handshake_timeout_s.
+HANDSHAKE_TIMEOUT_S = 5.0
+# Inbound connections still in their handshake, per group: past this the oldest is closed, so a
+# flood of connections costs a bounded number of file descriptors and buffers. Peers (at most one
+# connection each per group, redialled every connection_retry_s) stay far below it.
+MAX_PENDING_HANDSHAKES = 64
+
 # pysyncobj's own command queue. Our in-flight bound (max_in_flight) sits far below it, so a full
 # queue (QUEUE_FULL) only happens if something bypasses propose().
 COMMANDS_QUEUE_SIZE = 100_000
@@ -82,9 +102,12 @@ class RaftSettings:
     # FileJournal keeps every entry in RAM and has uint32 offsets: compact by count well before
     # large entries can fill 4 GiB (2000 x 1 MiB = 2 GiB worst case).
     log_compaction_min_entries: int = 2000
-    # Peer authentication (Fernet). Required whenever a Raft address is not loopback: the peer
-    # protocol is pickle, so an open port is remote code execution.
+    # Peer authentication (Fernet): the peer protocol is pickle, so an open port is remote code
+    # execution. A node always has one (queen_raft.peer_password); TenantGroup refuses None off
+    # loopback, and in-process tests on loopback may leave it out.
     password: str | None = None
+    # An inbound Raft connection still in its handshake this long after accept is closed.
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.fsync not in ("group", "off"):
@@ -102,6 +125,8 @@ class RaftSettings:
             raise ValueError("election_min_s must exceed 3 x append_entries_period_s")
         if self.election_max_s < self.election_min_s:
             raise ValueError("election_max_s must be >= election_min_s")
+        if self.handshake_timeout_s <= 0:
+            raise ValueError("handshake_timeout_s must be > 0")
         if self.election_max_s > CONNECTION_TIMEOUT_S:
             raise ValueError(f"election_max_s must be <= {CONNECTION_TIMEOUT_S} (connection timeout)")
 

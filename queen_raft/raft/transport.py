@@ -5,6 +5,13 @@
   without root.
 - Inbound handshake guard: when the first message of an inbound connection (the dialer's address)
   was lost, stock code raised TypeError on every tick until timeout. Drop such a connection.
+- Utility commands refused: pysyncobj answers `status`, `add`, `remove`, `set_version` and
+  `transfer` sent on a Raft port (its syncobj_admin tool). Nothing of ours uses them; the operator
+  surface is the HTTP API, and membership is the config. An inbound connection whose handshake
+  message is a utility command is closed unanswered, with or without the password.
+- Handshake deadline: an inbound connection that has not named its node within handshake_timeout_s
+  of its accept is closed (stock code only times a connection out when it has traffic, so an idle
+  one stayed open for good), and at most MAX_PENDING_HANDSHAKES are kept (past it the oldest goes).
 - Group commit (fsync="group"): a follower's acknowledgement (next_node_idx) is held while the
   journal has unflushed entries; once per pysyncobj tick, _onTick flushes the journal once and
   releases what was held, in order. _onTick runs after the leader appended this tick's entries and
@@ -19,7 +26,8 @@
 - Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
   burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
 
-It overrides TCPTransport._connectIfNecessarySingle, _onIncomingMessageReceived, send and _onTick of
+It overrides TCPTransport._connectIfNecessarySingle, _onNewIncomingConnection,
+_onIncomingMessageReceived, _onDisconnected, send and _onTick of
 pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
 """
 
@@ -29,22 +37,29 @@ import ctypes
 import logging
 import math
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
+from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.settings import (
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
     HEAP_TRIM_MIN_INTERVAL_S,
+    HANDSHAKE_TIMEOUT_S,
     LOG_COMPACTION_MAX_BYTES,
+    MAX_PENDING_HANDSHAKES,
 )
 
 log = logging.getLogger(__name__)
+
+# What the Raft ports refused is logged at most this often, as counts: a peer with another
+# password, or a stranger, shows in the log without a line per attempt.
+REFUSAL_LOG_INTERVAL_S = 60.0
 
 # The message a follower sends to acknowledge appended entries; held until the journal is durable.
 ACKNOWLEDGEMENT_TYPE = "next_node_idx"
@@ -97,6 +112,33 @@ class HeapTrimmer:
 PROCESS_HEAP_TRIMMER = HeapTrimmer()
 
 
+class RefusalLog:
+    """Logs, at most every interval_s, how many of the counted refusals happened since the last
+    line; nothing when none did. Several groups' tick threads may report to one: the lock lets one
+    of them log each interval."""
+
+    def __init__(self, what: str, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
+        self.what = what
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._last_at = -math.inf
+        self._logged: dict[str, int] = {}
+
+    def report(self, counts: dict[str, int], now: float) -> None:
+        with self._lock:
+            if now - self._last_at < self.interval_s:
+                return
+            self._last_at = now
+            new = {name: count - self._logged.get(name, 0) for name, count in counts.items()}
+            self._logged = dict(counts)
+        if any(new.values()):
+            log.warning("%s, since the last report: %s", self.what,
+                        ", ".join(f"{count} {name}" for name, count in new.items() if count))
+
+
+PROCESS_FRAME_REFUSALS = RefusalLog("Raft connections of this process dropped frames")
+
+
 class BurstEndWatch:
     """Says when a burst that appended at least `min_bytes` to the journal has been quiet for
     `idle_s`: the moment the pages it freed can go back to the system."""
@@ -121,12 +163,27 @@ class BurstEndWatch:
 
 class GroupTransport(TCPTransport):
     heap_trimmer = PROCESS_HEAP_TRIMMER
-    # Set by __init__; stays None in a transport a test assembles without it (no trimming there).
+    # Set by __init__; stay None in a transport a test assembles without it (no trimming there, no
+    # handshake deadlines).
     _burst_end: BurstEndWatch | None = None
+    _accepted_at: OrderedDict | None = None
+    _refusals: RefusalLog | None = None
+    handshake_timeout_s = HANDSHAKE_TIMEOUT_S
+    handshakes_timed_out = 0
+    handshakes_evicted = 0
+    utility_commands_refused = 0
 
-    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False):
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False,
+                 handshake_timeout_s=HANDSHAKE_TIMEOUT_S):
         # Set before super().__init__(): it adds the nodes and creates the server.
         self.dial_map: dict[str, str] = dial_map if dial_map is not None else {}
+        self.handshake_timeout_s = handshake_timeout_s
+        # Inbound connections still in their handshake -> when they were accepted, oldest first.
+        self._accepted_at: OrderedDict = OrderedDict()
+        self.handshakes_timed_out = 0
+        self.handshakes_evicted = 0
+        self.utility_commands_refused = 0
+        self._refusals = RefusalLog(f"Raft port {selfNode.address if selfNode is not None else '?'} refused connections")
         self.group_commit_journal = None
         # SyncObj.__init__ creates the journal before the transport.
         journal = syncObj._SyncObj__raftLog
@@ -165,21 +222,67 @@ class GroupTransport(TCPTransport):
 
     # -- inbound handshake guard ------------------------------------------------------------------
 
+    def _onNewIncomingConnection(self, conn):
+        super()._onNewIncomingConnection(conn)
+        self._accepted_at[conn] = monotonic_time()
+        while len(self._accepted_at) > MAX_PENDING_HANDSHAKES:
+            oldest, _ = self._accepted_at.popitem(last=False)
+            self.handshakes_evicted += 1
+            self._close_pending(oldest)
+
     def _onIncomingMessageReceived(self, conn, message):
         if self._syncObj.encryptor and not conn.sendRandKey:
             acceptable = isinstance(message, bytes)  # the dialer's random key
         elif isinstance(message, str):
             acceptable = True  # the dialer's address, or 'readonly'
-        elif isinstance(message, list):
-            acceptable = bool(message) and message[0] in self._onUtilityMessageCallbacks
         else:
-            acceptable = False
+            acceptable = False  # a utility command (a list), or anything else
+            if isinstance(message, list):
+                self.utility_commands_refused += 1
         if not acceptable:
             self.handshakes_refused += 1
-            self._unknownConnections.discard(conn)
-            conn.disconnect()
+            self._close_pending(conn)
             return
         super()._onIncomingMessageReceived(conn, message)
+        if self._accepted_at is not None and conn not in self._unknownConnections:
+            self._accepted_at.pop(conn, None)  # named its node (or was refused): no deadline
+
+    def _close_pending(self, conn) -> None:
+        self._unknownConnections.discard(conn)
+        conn.disconnect()
+
+    def _close_expired_handshakes(self, now: float) -> None:
+        accepted_at = self._accepted_at
+        while accepted_at:  # None in an assembled transport
+            conn, at = next(iter(accepted_at.items()))
+            if conn in self._unknownConnections and conn.state != CONNECTION_STATE.DISCONNECTED:
+                if now - at <= self.handshake_timeout_s:
+                    return  # oldest first: the rest are younger
+                self.handshakes_timed_out += 1
+                self._close_pending(conn)
+            accepted_at.pop(conn, None)
+
+    def _onDisconnected(self, conn):
+        if self._accepted_at is not None:
+            self._accepted_at.pop(conn, None)
+        super()._onDisconnected(conn)
+
+    def _report_refusals(self, now: float) -> None:
+        if self._refusals is None:
+            return
+        self._refusals.report({
+            "handshakes refused": self.handshakes_refused,
+            "of them utility commands": self.utility_commands_refused,
+            "handshakes timed out": self.handshakes_timed_out,
+            "handshakes closed for newer ones": self.handshakes_evicted,
+        }, now)
+        PROCESS_FRAME_REFUSALS.report({
+            "frames that failed authentication or decoding": FastTcpConnection.frames_dropped,
+            "frames announcing more than the frame cap": FastTcpConnection.frames_refused,
+        }, now)
+
+    def pending_handshakes(self) -> int:
+        return len(self._accepted_at or ())
 
     # -- group commit -----------------------------------------------------------------------------
 
@@ -201,6 +304,9 @@ class GroupTransport(TCPTransport):
         return super().send(node, message)
 
     def _onTick(self):
+        now = monotonic_time()
+        self._close_expired_handshakes(now)
+        self._report_refusals(now)
         journal = self.group_commit_journal
         if journal is not None:
             journal.flush_if_dirty()

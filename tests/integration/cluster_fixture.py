@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -106,13 +107,18 @@ class NodeCluster:
                  env: dict[str, str] | None = None):
         self.workdir = Path(workdir)
         self.node_ids = [f"n{i + 1}" for i in range(node_count)]
-        self.settings = dict(settings or {})
+        # Every config has a Raft password (queen_raft/peer_password.py); a test may set its own.
+        self.settings = {"raft_password": secrets.token_urlsafe(32), **(settings or {})}
         self.env = dict(env or {})
         self.config_path = self.workdir / "cluster.toml"
         self.processes: dict[str, subprocess.Popen] = {}
         self.http_ports: dict[str, int] = {}
         self.raft_ports: dict[str, int] = {}
         self.data_dir = self.workdir / "data"
+
+    @property
+    def raft_password(self) -> str | None:
+        return self.settings.get("raft_password")
 
     # -- config ---------------------------------------------------------------------------------
 
@@ -130,9 +136,10 @@ class NodeCluster:
             for level in LEVEL_SUFFIX:
                 lines += ["[[tenants.tokens]]", f'token = "{token(tenant, level)}"', f'level = "{level}"']
             lines.append("")
-        if self.settings:
+        settings = {key: value for key, value in self.settings.items() if value is not None}
+        if settings:
             lines.append("[settings]")
-            lines += [f"{key} = {json.dumps(value)}" for key, value in self.settings.items()]
+            lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
         self.config_path.write_text("\n".join(lines) + "\n")
 
     # -- processes ------------------------------------------------------------------------------

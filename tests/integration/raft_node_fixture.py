@@ -22,6 +22,7 @@ import collections
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -44,6 +45,8 @@ POLL_INTERVAL_S = 0.02
 # Retry-After but at most MAX_RETRY_SLEEP_S: ~10 s in all, above any election we expect.
 READ_ATTEMPTS = 50
 MAX_RETRY_SLEEP_S = 0.2
+# The group's Raft password: RaftTestCluster gives its nodes one, as every node config has.
+PASSWORD_ENV = "QUEEN_TEST_RAFT_PASSWORD"
 # The fire lags a node keeps for /status: enough for a test's window, bounded for a long run.
 TICK_LAGS_KEPT = 10_000
 
@@ -121,6 +124,8 @@ async def _serve(args) -> None:
         tick_ms=args.tick_ms,
         log_compaction_min_entries=args.compaction_entries,
         commit_timeout_ms=args.commit_timeout_ms,
+        # From the environment, not argv: argv is visible to every user of the machine.
+        password=os.environ.get(PASSWORD_ENV) or None,
     )
     dial_map = json.loads(args.dial_map) if args.dial_map else None
     # Built here, on the main thread (asyncio.run runs this coroutine on it).
@@ -245,8 +250,9 @@ def _http(method: str, url: str, body: dict | None = None, timeout: float = HTTP
 
 class RaftNodeProcess:
     def __init__(self, index: int, raft_port: int, http_port: int, raft_addrs: list[str], data_dir: str,
-                 log_dir: str, extra_args: list[str]) -> None:
+                 log_dir: str, extra_args: list[str], password: str | None = None) -> None:
         self.index = index
+        self.password = password
         self.raft_addr = f"127.0.0.1:{raft_port}"
         self.http_port = http_port
         self.raft_addrs = raft_addrs
@@ -262,6 +268,9 @@ class RaftNodeProcess:
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop(PASSWORD_ENV, None)
+        if self.password is not None:
+            env[PASSWORD_ENV] = self.password
         log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--self-addr", self.raft_addr,
@@ -335,11 +344,12 @@ class RaftTestCluster:
     """Three (or n) node processes of one group on 127.0.0.1, data under tmp_dir."""
 
     def __init__(self, tmp_dir: str, raft_base_port: int, http_base_port: int, size: int = 3,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, password: str | None = None) -> None:
         raft_addrs = [f"127.0.0.1:{raft_base_port + i}" for i in range(size)]
+        self.password = password if password is not None else secrets.token_urlsafe(32)
         self.nodes = [
             RaftNodeProcess(i, raft_base_port + i, http_base_port + i, raft_addrs,
-                            os.path.join(tmp_dir, f"node{i}"), tmp_dir, extra_args or [])
+                            os.path.join(tmp_dir, f"node{i}"), tmp_dir, extra_args or [], self.password)
             for i in range(size)
         ]
 

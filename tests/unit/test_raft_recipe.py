@@ -149,7 +149,16 @@ def test_transport_members_we_override_exist_with_the_copied_body():
     assert params(TCPTransport._onIncomingMessageReceived) == ["self", "conn", "message"]
     assert params(TCPTransport.send) == ["self", "node", "message"]
     assert params(TCPTransport._onTick) == ["self"]
+    assert params(TCPTransport._onNewIncomingConnection) == ["self", "conn"]
+    assert params(TCPTransport._onDisconnected) == ["self", "conn"]
     assert params(TCPTransport.__init__) == ["self", "syncObj", "selfNode", "otherNodes"]
+    # An inbound connection waits in _unknownConnections until it names its node; the handshake
+    # deadline and the utility-command refusal rely on it.
+    assert "self._unknownConnections.add(conn)" in source(TCPTransport._onNewIncomingConnection)
+    assert "functools.partial(self._onDisconnected, conn)" in source(TCPTransport._onNewIncomingConnection)
+    assert "self._unknownConnections.discard(conn)" in source(TCPTransport._onIncomingMessageReceived)
+    assert "self.__socket.recv(self.__recvBufferSize)" in source(TcpConnection._TcpConnection__processRead)
+    assert "while self.__processRead():" in source(TcpConnection._TcpConnection__tryReadBuffer)
     body = source(TCPTransport._connectIfNecessarySingle)
     # Our override is this body with the dial target replaced.
     for line in (
@@ -372,10 +381,12 @@ def test_journal_factory_install_replaces_the_module_global():
 
 
 def test_group_transport_overrides_are_real_overrides():
-    for name in ("_connectIfNecessarySingle", "_onIncomingMessageReceived", "send", "_onTick"):
+    for name in ("_connectIfNecessarySingle", "_onNewIncomingConnection", "_onIncomingMessageReceived",
+                 "_onDisconnected", "send", "_onTick"):
         assert getattr(GroupTransport, name) is not getattr(TCPTransport, name), name
         assert params(getattr(GroupTransport, name)) == params(getattr(TCPTransport, name)), name
-    for name in ("_TcpConnection__processSend", "_TcpConnection__processParseMessage", "send", "connect", "disconnect"):
+    for name in ("_TcpConnection__processSend", "_TcpConnection__processParseMessage", "_TcpConnection__processRead",
+                 "send", "connect", "disconnect"):
         assert getattr(FastTcpConnection, name) is not getattr(TcpConnection, name), name
     assert issubclass(GroupCommitJournal, CompactionGuardedJournal)
 

@@ -1,0 +1,123 @@
+"""FastTcpConnection's guards on what it receives, over a socketpair: frame caps checked at the
+header, and frames of another connection or password dropped before anything is unpickled."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import time
+import zlib
+
+import pytest
+from pysyncobj.encryptor import getEncryptor
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE
+
+from queen_raft.raft.connection import FastTcpConnection
+from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_BYTES
+
+POLLS = 50
+POLL_TIMEOUT_S = 0.01
+
+
+class Gadget:
+    unpickled = 0
+
+    def __reduce__(self):
+        return (Gadget._mark, ())
+
+    @staticmethod
+    def _mark():
+        Gadget.unpickled += 1
+        return "marked"
+
+
+@pytest.fixture
+def pair():
+    poller = createPoller("auto")
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    right.setblocking(False)
+    received: list = []
+    receiver = FastTcpConnection(poller, socket=right, onMessageReceived=received.append, timeout=60)
+    receiver.encryptor = getEncryptor("cluster password")
+    yield poller, left, receiver, received
+    left.close()
+    receiver.disconnect()
+
+
+def pump(poller, receiver, until) -> None:
+    for _ in range(POLLS):
+        poller.poll(POLL_TIMEOUT_S)
+        if until() or receiver.state == CONNECTION_STATE.DISCONNECTED:
+            return
+
+
+def frame(fernet, message) -> bytes:
+    token = fernet.encrypt_at_time(zlib.compress(pickle.dumps(message, protocol=4)), int(time.monotonic()))
+    return struct.pack("i", len(token)) + token
+
+
+def test_a_header_past_the_handshake_cap_closes_before_the_body(pair):
+    poller, sender, receiver, received = pair
+    refused = FastTcpConnection.frames_refused
+    sender.sendall(struct.pack("i", MAX_HANDSHAKE_FRAME_BYTES + 1) + b"\0" * 1024)
+    pump(poller, receiver, lambda: False)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED
+    assert FastTcpConnection.frames_refused == refused + 1 and received == []
+
+
+def test_a_negative_length_is_refused(pair):
+    poller, sender, receiver, _ = pair
+    sender.sendall(struct.pack("i", -5))
+    pump(poller, receiver, lambda: False)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED
+
+
+def test_after_a_decrypted_frame_the_peer_cap_applies(pair):
+    poller, sender, receiver, received = pair
+    sender.sendall(frame(getEncryptor("cluster password"), os.urandom(32)))
+    pump(poller, receiver, lambda: received)
+    assert receiver.peer_proven and receiver.frame_limit() == MAX_PEER_FRAME_BYTES
+    sender.sendall(struct.pack("i", MAX_HANDSHAKE_FRAME_BYTES + 1) + b"\0" * 1024)
+    pump(poller, receiver, lambda: False)
+    assert receiver.state == CONNECTION_STATE.CONNECTED  # a large frame, still arriving
+
+
+def test_a_header_past_the_peer_cap_closes_a_proven_connection(pair):
+    poller, sender, receiver, _ = pair
+    receiver.peer_proven = True
+    refused = FastTcpConnection.frames_refused
+    sender.sendall(struct.pack("i", MAX_PEER_FRAME_BYTES + 1))
+    pump(poller, receiver, lambda: False)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED and FastTcpConnection.frames_refused == refused + 1
+
+
+def test_a_frame_with_another_password_is_never_unpickled(pair):
+    poller, sender, receiver, received = pair
+    before, dropped = Gadget.unpickled, FastTcpConnection.frames_dropped
+    sender.sendall(frame(getEncryptor("another password"), Gadget()))
+    pump(poller, receiver, lambda: received)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED
+    assert Gadget.unpickled == before and received == [] and FastTcpConnection.frames_dropped == dropped + 1
+
+
+def test_a_frame_of_another_connection_is_dropped(pair):
+    poller, sender, receiver, received = pair
+    fernet = getEncryptor("cluster password")
+    receiver.recvRandKey = os.urandom(32)
+    sender.sendall(frame(fernet, (os.urandom(32), "a message replayed from another connection")))
+    pump(poller, receiver, lambda: received)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED and received == []
+
+
+def test_a_frame_older_than_the_last_is_dropped(pair):
+    poller, sender, receiver, received = pair
+    fernet = getEncryptor("cluster password")
+    newer = fernet.encrypt_at_time(zlib.compress(pickle.dumps("newer", protocol=4)), 1000)
+    older = fernet.encrypt_at_time(zlib.compress(pickle.dumps("older", protocol=4)), 999)
+    sender.sendall(struct.pack("i", len(newer)) + newer + struct.pack("i", len(older)) + older)
+    pump(poller, receiver, lambda: len(received) > 1)
+    assert received == ["newer"] and receiver.state == CONNECTION_STATE.DISCONNECTED
