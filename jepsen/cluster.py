@@ -61,11 +61,13 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def free_port_block(size: int, attempts: int = 50) -> int:
-    """A base port with `size` consecutive free ports (tenant i's Raft port is raft_port + i)."""
+def free_port_block(size: int, attempts: int = 50, taken: frozenset[int] = frozenset()) -> int:
+    """A base port with `size` consecutive free ports (tenant i's Raft port is raft_port + i), none
+    of them in `taken`: ports picked earlier for this cluster are closed again until the nodes bind
+    them, so the kernel may hand one out a second time."""
     for _ in range(attempts):
         base = free_ports(1)[0]
-        if base + size >= 65535:
+        if base + size >= 65535 or taken.intersection(range(base, base + size)):
             continue
         held = []
         try:
@@ -138,12 +140,15 @@ class Cluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.network = LinkNetwork(HOST)
         http_ports = free_ports(len(self.spec.node_ids))
+        taken = set(http_ports)
         self.nodes: dict[str, NodeProcess] = {}
         for node_id, http_port in zip(self.spec.node_ids, http_ports):
+            raft_port = free_port_block(1, taken=frozenset(taken))
+            taken.add(raft_port)
             self.nodes[node_id] = NodeProcess(
                 id=node_id,
                 http_port=http_port,
-                raft_port=free_port_block(1),
+                raft_port=raft_port,
                 log_path=self.log_dir / f"{node_id}.log",
             )
         # dial_maps[a][peer base raft address] = the proxy address a dials instead, written to the

@@ -31,6 +31,7 @@ def one_node_config(data_dir: str):
     http_port, raft_port = pick_port_runs(2, 1)
     return parse_config({
         "cluster": {"name": "apply-channel", "data_dir": data_dir},
+        "settings": {"raft_password": "apply-channel-test-password"},
         "nodes": [{"id": "n1", "host": "127.0.0.1", "http_port": http_port, "raft_port": raft_port}],
         "tenants": [{"name": "acme", "tokens": [{"token": "acme-admin", "level": "admin"}]}],
     }, env={})
