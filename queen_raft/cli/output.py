@@ -46,11 +46,11 @@ def json_argument(text: str) -> Any:
 
 
 def duration_argument(text: str) -> Any:
-    """'15m', '7d', ... or bare digits, which are milliseconds like everywhere in the SDK."""
+    """'15m', '7d', '250ms'; bare digits other than 0 are refused, as in the SDK (no unit guessed)."""
     value: Any = int(text) if text.lstrip("-").isdigit() else text
     try:
         duration_ms(value)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
