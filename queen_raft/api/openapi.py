@@ -284,7 +284,7 @@ def _paths() -> dict:
                         "appliedIndex": NULL_INT, "problem": {"enum": [None, *HEALTH_PROBLEMS], "description": (
                             "why the group is unhealthy on this node: state_not_loaded, not_applying (applied "
                             "index stuck behind the commit index), disk_full (refuses writes, serves reads)")}})
-    health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR,
+    health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR, "cluster": STR,
                   "groups": {"type": "object", "additionalProperties": group_status}}, ("status", "node", "groups"))
     return {
         "/api/v1/timers": {"post": operation(

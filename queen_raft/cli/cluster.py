@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from queen_raft.cli.cluster_checks import answers_as_ours, log_tail, refuse_taken_ports
 from queen_raft.config import ClusterConfig, load_config
 
 # `cluster up` waits this long for every node to report a leader in every group: an election is
@@ -91,6 +92,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     """Starts every node of the config, waits until every group has a leader, prints how to use
     it, and stops the nodes (by PID) on Ctrl-C, SIGTERM or SIGHUP."""
     config = load_config(args.config)
+    if (refusal := refuse_taken_ports(config)) is not None:
+        print(refusal, file=sys.stderr)
+        return 1
     log_dir = config.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     processes: dict[str, subprocess.Popen] = {}
@@ -119,8 +123,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
             dead = [nid for nid, p in processes.items() if p.poll() is not None]
             if dead:
                 print(f"node(s) {', '.join(dead)} exited; see {log_dir}/", file=sys.stderr)
+                for nid in dead:
+                    print(f"{nid} (exit {processes[nid].returncode}), the end of its log:\n"
+                          f"{log_tail(log_dir / f'{nid}.log')}", file=sys.stderr)
                 return 1
-            if all(fetch_health(n.http_url)[0] == 200 for n in config.nodes):
+            if all(answers_as_ours(*fetch_health(n.http_url), n.id, config.name) for n in config.nodes):
                 break
             if time.monotonic() > deadline:
                 print(f"the cluster did not elect every leader within {CLUSTER_READY_TIMEOUT_S} s; see {log_dir}/", file=sys.stderr)
