@@ -4,7 +4,7 @@ The server takes only a delay: `deliverAt = group now + delayMs`. Each schedule 
 group's now (`deliverAt - delayMs`), so the SDK keeps the offset between the group clock and this
 process's clock from the latest answer and converts an instant with it. Before any answer it
 assumes no offset. What remains is the skew between the two clocks since that answer, plus the
-round trip of the call that carries the delay (docs/sdk.md, "Absolute instants").
+round trip of the call that carries the delay (docs/sdk.md, Timers).
 """
 
 from __future__ import annotations

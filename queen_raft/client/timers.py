@@ -97,7 +97,7 @@ class TimerSetters(ABC):
 
     def at(self: Setters, instant: datetime) -> Setters:
         """Deliver at this instant (a timezone-aware datetime; naive is a TypeError), converted to a
-        delay on the group clock as last seen by this client (docs/sdk.md, "Absolute instants")."""
+        delay on the group clock as last seen by this client (docs/sdk.md, Timers)."""
         instant_ms(instant)
         return self._with(at=instant, delay=None)
 
