@@ -4,6 +4,7 @@
         await q.timer("reminders").key("order-9137").delay("24h").payload({"orderId": 9137}).schedule()
 """
 
+from queen_raft.client.admin_results import QueueOptions, Usage
 from queen_raft.client.batch import BatchInterrupted, TimerRow
 from queen_raft.client.consumer import Message
 from queen_raft.client.durations import Duration, DurationLike, duration_ms, duration_seconds
@@ -19,7 +20,7 @@ from queen_raft.client.transport import RetryPolicy
 
 __all__ = [
     "Queen", "RetryPolicy", "Message", "Record", "Duration", "DurationLike", "duration_ms", "duration_seconds",
-    "TimerRow", "BatchInterrupted", "AckResult", "TransactionItemResult",
+    "TimerRow", "BatchInterrupted", "AckResult", "TransactionItemResult", "Usage", "QueueOptions",
     "TimerResult", "TimerPeek", "TimerPage", "PushResult", "KvEntry", "TransactionResult", "LeaseExtension", "DlqRow",
     "DlqPage",
     "QueenError", "AuthError", "Unauthorized", "Forbidden", "BadRequest", "LimitExceeded", "QuotaExceeded",

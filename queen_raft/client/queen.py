@@ -16,7 +16,8 @@ from queen_raft.client.payloads import message_payload, push_payload_fields
 from queen_raft.client.results import DlqPage, DlqRow, LeaseExtension, PushResult
 from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
 from queen_raft.client.transaction import Transaction
-from queen_raft.client.batch import TimerRow, ack_many
+from queen_raft.client.admin_results import QueueOptions, Usage
+from queen_raft.client.batch import ack_many
 from queen_raft.client.results import AckResult
 from queen_raft.client.transport import (DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport,
                                          path_segment)
@@ -128,12 +129,11 @@ class Queen:
                        payload=message_payload(r), created_at=r.get("createdAt"), raw=r)
                 for r in answer.body["entries"][0]["records"]]
 
-    async def configure(self, queue: str, options: dict, mode: str = "merge") -> dict:
+    async def configure(self, queue: str, options: dict, mode: str = "merge") -> QueueOptions:
         """A queue's options (leaseTime, retryLimit, ...); answers the options in force."""
         answer = await self.transport.request("POST", "/api/v1/configure",
                                               json_body={"queue": queue, "options": options, "mode": mode})
-        in_force: dict = answer.body
-        return in_force
+        return QueueOptions.from_wire(answer.body, queue)
 
     # -- dead letters and operator switches ----------------------------------------------------
 
@@ -186,10 +186,9 @@ class Queen:
         answer = await self.transport.request("POST", "/api/v1/admin/timers/resume")
         return bool(answer.body.get("paused"))
 
-    async def usage(self) -> dict:
+    async def usage(self) -> Usage:
         """Admin: billed and pushed messages, pending timers, fires by result, the pause flag."""
-        usage: dict = (await self.transport.request("GET", "/api/v1/usage")).body
-        return usage
+        return Usage.from_wire((await self.transport.request("GET", "/api/v1/usage")).body)
 
     # -- transactions and KV -----------------------------------------------------------------
 

@@ -237,11 +237,11 @@ async def test_an_operator_pause_refuses_schedules_but_not_cancels(node_cluster)
                 await q.timer(queue).key("k2").delay("1h").payload(1).schedule()
             assert caught.value.retry_after_s >= 1
             assert (await q.timer(queue).key("k").cancel()).status == "cancelled"
-            assert (await q.usage())["schedulingPaused"] is True
+            assert (await q.usage()).scheduling_paused is True
         finally:
             assert await q.resume_scheduling() is False
         assert (await q.timer(queue).key("k2").delay("1h").payload(1).schedule()).status == "scheduled"
-        assert (await q.usage())["billedMessages"] >= 2
+        assert (await q.usage()).billed_messages >= 2
 
 
 @pytest.mark.parametrize("key", ["a/../b", "./x", "50% off?#frag", "ünï/cödé", "trailing/"])

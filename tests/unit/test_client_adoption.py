@@ -124,3 +124,16 @@ async def test_a_wrong_url_fails_within_the_unreachable_budget():
         with pytest.raises(ConnectionFailed):
             await q.timer("r").key("k").peek()
     assert time.monotonic() - started < RetryPolicy().unreachable_budget_s + 2.5
+
+
+async def test_usage_and_configure_answer_typed_results(node, queen):
+    from queen_raft.client import QueueOptions, Usage
+    node.replies = [(200, {"tenant": "acme", "billedMessages": 3, "pushedMessages": 2, "pendingTimers": 1,
+                           "fired": {"appended": 1, "duplicate": 0, "failed": 0, "dlq": 0},
+                           "schedulingPaused": True}, {}),
+                    (200, {"queue": "r", "options": {"leaseTime": 60}}, {})]
+    usage = await queen.usage()
+    assert isinstance(usage, Usage) and (usage.billed_messages, usage.scheduling_paused) == (3, True)
+    assert usage.fired["appended"] == 1
+    options = await queen.configure("r", {"leaseTime": 60})
+    assert isinstance(options, QueueOptions) and options.options == {"leaseTime": 60}
