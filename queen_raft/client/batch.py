@@ -47,6 +47,10 @@ class TimerRow:
     txn: str | None = None
     zstd: bool = False
 
+    def __post_init__(self) -> None:
+        if (self.delay is None) == (self.at is None):
+            raise ValueError(f"timer row {self.key!r}: give exactly one of delay= and at=")
+
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):

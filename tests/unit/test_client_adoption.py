@@ -76,6 +76,13 @@ async def test_schedule_many_refuses_a_bad_row_before_sending_anything(node, que
     assert node.seen == []
 
 
+def test_a_row_takes_exactly_one_of_delay_and_at():
+    with pytest.raises(ValueError, match="exactly one"):
+        TimerRow(key="k", payload=1)
+    with pytest.raises(ValueError, match="exactly one"):
+        TimerRow(key="k", payload=1, delay="1h", at=datetime.now(timezone.utc))
+
+
 async def test_schedule_many_reports_the_committed_chunks_when_one_fails(node, queen):
     ok = {"results": [{"ok": True, "status": "scheduled", "queue": "r", "timerKey": "k", "txn": "t"}] * 2}
     node.replies = [(200, ok, {}), (400, {"error": "timers_bad_request", "message": "no"}, {})]
