@@ -1,7 +1,7 @@
 """A non-editable install runs: the wheel built from this tree, installed into a fresh venv, gives a
 `queen-raft` that finds its embedded default config, runs a node, talks to it, and whose SDK
-type-checks in a user's project (py.typed). About 25 s (wheel build, venv, dependency install from
-pip's cache); `make test-wheel` runs it alone."""
+type-checks in a user's project (py.typed). It builds a wheel and a venv and installs the
+dependencies (from pip's cache when warm); `make test-wheel` runs it alone."""
 
 from __future__ import annotations
 
