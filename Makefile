@@ -3,14 +3,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime
 
-.PHONY: venv test test-unit test-integration test-flood cluster cluster-status bench bench-state clean
+.PHONY: venv venv-runtime test test-unit test-integration test-wheel test-flood cluster cluster-status bench bench-state clean
 
+# With the test extras (`make test`); `make cluster` needs the runtime dependencies only.
 venv: $(STAMP)
+venv-runtime: $(RUNTIME_STAMP)
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -28,6 +35,11 @@ test-unit: venv
 test-integration: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
 
+# A non-editable install: the wheel built from this tree, in a fresh venv, runs a node and the CLI,
+# and its SDK type-checks for a user (about 30 s; part of `make test` too).
+test-wheel: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_wheel_install.py
+
 # A node under 20,000 idle connections and a malformed-request flood, at the default connection
 # bound; every /health probe within 100 ms (`make test` runs 3,000 against a bound of 1,000).
 # Run it on a quiet machine: it measures latency.
@@ -39,10 +51,10 @@ test-flood: venv
 # stops all three by PID on Ctrl-C. CLUSTER_CONFIG=cluster_configs/single.toml for one node.
 CLUSTER_CONFIG ?= cluster_configs/local-3.toml
 
-cluster: venv
+cluster: venv-runtime
 	$(BIN)/python -m queen_raft cluster up --config $(CLUSTER_CONFIG)
 
-cluster-status: venv
+cluster-status: venv-runtime
 	$(BIN)/python -m queen_raft cluster status --config $(CLUSTER_CONFIG)
 
 # One node of the cluster, while `make cluster` runs or without it: `make node-kill NODE=n2` (SIGKILL),

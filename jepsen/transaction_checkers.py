@@ -6,8 +6,8 @@ A transaction T (txn id `x<n>`) does, in one entry:
   `put` its own key `op-T` = `{"counter", "prev": the version it expected}`;
 - one timer op: `fire` (schedules timer T, due in a few seconds: its message `T-t` must be in the
   destination log at the end), `hold` (schedules timer T, due in an hour: it must still be pending
-  at the end), or `release` (cancels the timer of an earlier, acknowledged hold: that timer must be
-  gone at the end).
+  at the end), or `release` (cancels, with requirePending, the timer of an earlier, acknowledged
+  hold: that timer must be gone at the end, and the release is never refused `timer_not_pending`).
 
 Each of those is an *effect* that the final read-back shows or not. Atomicity: a transaction shows
 all of its effects or none; an `ok` one all, a `fail` (refused, or rejected before proposing) none,
@@ -144,6 +144,22 @@ def _refusal_reason(op: Operation) -> str:
     return str(answer.get("reason") or body.get("reason") or body.get("error") or "unknown")
 
 
+def check_releases_found_their_hold(attempts: dict[str, list[Operation]]) -> dict:
+    """A release cancels an acknowledged hold that no other release took and that is due long after
+    the run, with requirePending: a `timer_not_pending` refusal means the hold was lost or fired.
+    (A retry of an applied release is refused `duplicate` first: pushes are checked before timers.)"""
+    problems = []
+    releases = 0
+    for txn, ops in attempts.items():
+        timer = ops[0].value["timer"]
+        if timer["kind"] != RELEASE:
+            continue
+        releases += 1
+        if any(op.type == FAIL and _refusal_reason(op) == "timer_not_pending" for op in ops):
+            problems.append({"txn": txn, "target": timer["target"], "attempts": [op.summary() for op in ops]})
+    return _property(not problems, problems, releases=releases)
+
+
 def check_kv_counters(attempts: dict[str, list[Operation]], kv_rows: dict[str, dict], counters: list[str]) -> dict:
     """No lost update on any counter, versions strictly increasing in real time, stale checks refused."""
     problems = []
@@ -243,7 +259,8 @@ def check_transactions(operations: list[Operation], logs: dict[str, list[dict]],
     attempts = transaction_attempts(operations)
     effects = transaction_effects(attempts, logs, kv_rows, pending_timers)
     results = {"transaction_atomicity": check_atomicity(attempts, effects),
-               "kv_counter_serializable": check_kv_counters(attempts, kv_rows, counters)}
+               "kv_counter_serializable": check_kv_counters(attempts, kv_rows, counters),
+               "release_found_hold_pending": check_releases_found_their_hold(attempts)}
     per_log = {name: check_pushes(_as_pushes(attempts, name), logs.get(name, []), name,
                                   exactly_once_when_acked=True, log_complete=log_complete.get(name, False))
                for name in (LOG_A, LOG_B, LOG_FIRES)}

@@ -40,7 +40,9 @@ DEFAULT_TIMERS_MAX_PENDING = TIMERS_MEMORY_BUDGET_BYTES // TIMER_MEMORY_BYTES
 UNLIMITED = "unlimited"
 
 # The single-node dev config, used when no --config is given (a fresh clone, `queen-raft node`).
-EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "cluster_configs" / "single.toml"
+# It ships inside the package (package data), so an installed queen-raft finds it too;
+# cluster_configs/single.toml is a link to it for `make cluster`.
+EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent / "default_config" / "single.toml"
 
 
 class ConfigError(ValueError):

@@ -10,7 +10,8 @@ again, byte for byte: an attempt that did apply makes the retry a `duplicate` re
 
 Timer ops: `fire` (due within MAX_FIRE_DELAY_MS, read back from the destination log), `hold` (due
 in HOLD_DELAY_MS, read back as pending), `release` (cancels the timer of the oldest acknowledged
-hold nobody released yet; chosen when the operation runs, so the target is a hold known to exist).
+hold nobody released yet, with requirePending; chosen when the operation runs, so the target is a
+hold known to exist).
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def transaction_body(value: dict) -> dict:
     txn, counter, expected = value["txn"], value["counter"], value["expectedVersion"] or 0
     timer = value["timer"]
     if timer["kind"] == RELEASE:
-        timer_op = {"op": "cancel", "queue": FIRE_QUEUE, "timerKey": timer["target"]}
+        # The target is an acknowledged hold nobody released, due long after the run: it must be
+        # pending, so a refusal with timer_not_pending is a finding (transaction_checkers.py).
+        timer_op = {"op": "cancel", "queue": FIRE_QUEUE, "timerKey": timer["target"], "requirePending": True}
     else:
         payload = base64.b64encode(json.dumps({"txn": txn}).encode()).decode()
         timer_op = {"op": "schedule", "queue": FIRE_QUEUE, "timerKey": txn, "delayMs": timer["delayMs"],

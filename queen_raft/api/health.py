@@ -86,7 +86,9 @@ async def get_health(request: web.Request) -> web.Response:
         every_group_led = every_group_led and bool(status.get("leader"))
         problems = problems or problem is not None
     verdict = "unhealthy" if problems else "healthy" if every_group_led else "settling"
-    body = {"status": verdict, "node": serving.node_id, "groups": groups}
+    # The cluster's name with the node's id: a launcher tells its own node from another cluster's
+    # process that holds the same port.
+    body = {"status": verdict, "node": serving.node_id, "cluster": serving.config.name, "groups": groups}
     return json_response(body, status=200 if verdict == "healthy" else 503)
 
 

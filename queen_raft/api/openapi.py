@@ -17,6 +17,7 @@ from aiohttp import web
 from queen_raft.api import dlq, harness_hooks, kv, messages, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
+from queen_raft.api.openapi_names import add_operation_ids, add_types
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
 from queen_raft.state.limits import MAX_JSON_DEPTH, MAX_KV_VALUE_BYTES, MAX_NAME_BYTES
 
@@ -104,7 +105,10 @@ SCHEMAS: dict[str, dict] = {
         "txn": NAME, "payload": B64, "partition": NAME, "payloadZstd": BOOL, "encrypted": BOOL,
     }, ("op", "queue", "timerKey", "delayMs", "txn", "payload")),
     "TimerCancel": obj({"op": {"const": "cancel"}, "queue": NAME, "timerKey": NAME,
-                        "txn": {**NAME, "type": ["string", "null"], "minLength": 0}},
+                        "txn": {**NAME, "type": ["string", "null"], "minLength": 0},
+                        "requirePending": {**BOOL, "description": (
+                            "inside POST /api/v1/transaction only (400 on POST /api/v1/timers): the transaction "
+                            "rolls back with reason timer_not_pending unless this timer is pending")}},
                        ("op", "queue", "timerKey")),
     "TimerOp": {"oneOf": [ref("TimerSchedule"), ref("TimerCancel")]},
     "TimerResult": obj({
@@ -254,7 +258,8 @@ def _paths() -> dict:
         obj({"success": {"const": True}, "results": array({"anyOf": [
             ref("PushVerdict"), ref("AckVerdict"), ref("KvRow"), ref("TimerResult")]})}, ("success", "results")),
         obj({"success": {"const": False}, "reason": {"enum": [
-            "rejected_ack", "duplicate", "kv_precondition", "bad_request", "too_large", "timers_quota_exceeded"]},
+            "rejected_ack", "duplicate", "kv_precondition", "bad_request", "too_large", "timers_quota_exceeded",
+            "timer_not_pending"]},
             "error": STR, "index": NON_NEG}, ("success", "reason", "error")),
     ]}
     pop_params = [
@@ -279,7 +284,7 @@ def _paths() -> dict:
                         "appliedIndex": NULL_INT, "problem": {"enum": [None, *HEALTH_PROBLEMS], "description": (
                             "why the group is unhealthy on this node: state_not_loaded, not_applying (applied "
                             "index stuck behind the commit index), disk_full (refuses writes, serves reads)")}})
-    health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR,
+    health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR, "cluster": STR,
                   "groups": {"type": "object", "additionalProperties": group_status}}, ("status", "node", "groups"))
     return {
         "/api/v1/timers": {"post": operation(
@@ -412,11 +417,13 @@ def _document() -> dict:
         answer = paths["/api/v1/timers"]["post"]["responses"][status]
         answer["headers"] = {**answer.get("headers", {}), **HINT}
     body = paths["/api/v1/transaction"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    add_operation_ids(paths)
+    add_types([paths, SCHEMAS])
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": "queen-raft", "version": API_VERSION,
-                 "description": "A Raft-replicated timer service (docs/spec.md). Every error body is "
-                                "{error, message}; see docs/api.md."},
+                 "description": "A Raft-replicated timer service: schedule a message now, it is pushed "
+                                "into a partitioned queue at its instant. Every error body is {error, message}."},
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,
         "components": {
@@ -449,7 +456,9 @@ def response_schema(path: str, method: str, status: int) -> dict | None:
 
 
 async def get_openapi(request: web.Request) -> web.Response:
-    return json_response(_document())
+    """The document with `servers` set to the address this node was asked on, so a client
+    generated from it calls the node it was fetched from."""
+    return json_response({**_document(), "servers": [{"url": f"{request.scheme}://{request.host}"}]})
 
 
 def add_routes(app: web.Application) -> None:

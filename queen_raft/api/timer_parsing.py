@@ -35,7 +35,10 @@ SCHEDULE_ROWS = "schedule_rows"
 ROW_FIELDS = ("queue", "timerKey", "partition", "delayMs", "txn", "messageId", "payload", "payloadZstd", "encrypted")
 ROW_QUEUE, ROW_TIMER_KEY, ROW_DELAY_MS, ROW_PAYLOAD = map(ROW_FIELDS.index, ("queue", "timerKey", "delayMs", "payload"))
 CANCEL_REQUIRED = frozenset({"op", "queue", "timerKey"})
-CANCEL_OPTIONAL = frozenset({"txn"})
+CANCEL_OPTIONAL = frozenset({"txn", "requirePending"})
+# A cancel that must find its timer pending, or the whole transaction rolls back (reason
+# timer_not_pending). Only a transaction can roll back, so the standalone route refuses the field.
+REQUIRE_PENDING = "requirePending"
 
 
 # A name of at most this many characters is within MAX_NAME_BYTES whatever they are (UTF-8 takes
@@ -62,12 +65,13 @@ def _non_empty_string(op: dict, name: str, where: str) -> str:
     return check_name_length(value, name, where)
 
 
-def parse_timer_op(raw: Any, index: int, where: str | None = None) -> dict:
-    """One operation, checked whole; the result is the command's op (messageId added at propose)."""
+def parse_timer_op(raw: Any, index: int, where: str | None = None, *, in_transaction: bool = False) -> dict:
+    """One operation, checked whole; the result is the command's op (messageId added at propose).
+    `in_transaction`: a cancel may carry `requirePending`."""
     parsed = _parse_plain_schedule(raw)
     if parsed is not None:
         return parsed
-    return _parse_timer_op_checked(raw, where or f"operations[{index}]")
+    return _parse_timer_op_checked(raw, where or f"operations[{index}]", in_transaction)
 
 
 def _parse_plain_schedule(raw: Any) -> dict | None:
@@ -128,7 +132,7 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
     return rows
 
 
-def _parse_timer_op_checked(raw: Any, where: str) -> dict:
+def _parse_timer_op_checked(raw: Any, where: str, in_transaction: bool = False) -> dict:
     """Every check in the order of docs/spec.md section 2, each failure a 400 naming the field."""
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
@@ -146,7 +150,10 @@ def _parse_timer_op_checked(raw: Any, where: str) -> dict:
             raise bad_request(f"{where}: txn must be a string")
         if txn is not None:
             check_name_length(txn, "txn", where)
-        return {"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}
+        cancel = {"op": "cancel", "queue": queue, "timerKey": timer_key, "txn": txn}
+        if _require_pending(raw, where, in_transaction):
+            cancel[REQUIRE_PENDING] = True  # only when set: a plain cancel's entry keeps its shape
+        return cancel
     delay = raw["delayMs"]
     if not is_int(delay):
         raise bad_request(f"{where}: delayMs must be an integer number of milliseconds, got {delay!r}")
@@ -169,6 +176,18 @@ def _parse_timer_op_checked(raw: Any, where: str) -> dict:
         "op": op, "queue": queue, "timerKey": timer_key, "partition": partition, "delayMs": delay,
         "txn": txn, "payload": payload, "payloadZstd": payload_zstd, "encrypted": encrypted,
     }
+
+
+def _require_pending(raw: dict, where: str, in_transaction: bool) -> bool:
+    if REQUIRE_PENDING not in raw:
+        return False
+    if not in_transaction:
+        raise bad_request(f"{where}: requirePending applies to a cancel inside POST /api/v1/transaction only "
+                          "(a standalone cancel answers 'absent' when the timer is not pending)")
+    value = raw[REQUIRE_PENDING]
+    if not isinstance(value, bool):
+        raise bad_request(f"{where}: requirePending must be true or false")
+    return value
 
 
 def _check_field_names(raw: dict, op: Any, where: str) -> None:

@@ -6,7 +6,7 @@ The answers (docs/api.md):
   then `timers`.
 - 200 `{"success": false, "reason", "error", "index"?}` when the state rolled the entry back
   (`rejected_ack`, `duplicate`, `kv_precondition`, `bad_request`, `too_large`,
-  `timers_quota_exceeded`): the entry was committed, it changed nothing but the group clock.
+  `timers_quota_exceeded`, `timer_not_pending`): the entry was committed, it changed nothing but the group clock.
 - A refusal before anything is proposed keeps the wire's error shape and adds the transaction's
   fields: 400 `{"error": "bad_request", "message", "success": false, "reason": "bad_request",
   "index"?}` for a bad body, 413 with reason `too_large` when the entry would pass the Raft entry
@@ -108,7 +108,7 @@ def parse_transaction(body: Any) -> tuple[list[dict], list[dict], list[dict]]:
     seen: set[tuple[str, str]] = set()
     for i, raw in enumerate(raw_timers):
         try:
-            op = timer_parsing.parse_timer_op(raw, i, f"timers[{i}]")
+            op = timer_parsing.parse_timer_op(raw, i, f"timers[{i}]", in_transaction=True)
         except ApiError as error:
             raise refused(400, BAD_REQUEST, error.message, timer_base + i) from None
         identity = (op["queue"], op["timerKey"])

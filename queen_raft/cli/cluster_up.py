@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from queen_raft.cli.cluster_checks import answers_as_ours, log_tail, taken_ports
 from queen_raft.cli.cluster_health import cluster_status_lines, fetch_health
 from queen_raft.cli.node_control import EXIT_REFUSED, NodeCommandError
-from queen_raft.cli.node_pids import log_dir
+from queen_raft.cli.node_pids import log_dir, log_path, running_pid
 from queen_raft.cli.supervisor import POLL_INTERVAL_S, Supervisor
 from queen_raft.config import ClusterConfig
 
@@ -30,6 +31,10 @@ def run_cluster(config: ClusterConfig, config_path: Path) -> int:
     # SIGHUP too: a closed terminal must not leave three orphaned nodes holding the ports.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, request_stop)
+    refusal = _refuse_taken_ports_of_stopped_nodes(config, config_path)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_REFUSED
     try:
         try:
             for line in supervisor.launch_all():
@@ -52,18 +57,35 @@ def run_cluster(config: ClusterConfig, config_path: Path) -> int:
         print("stopped.", file=sys.stderr)
 
 
+def _refuse_taken_ports_of_stopped_nodes(config: ClusterConfig, config_path: Path) -> str | None:
+    """The refusal naming each taken port of a node this launch would start (and what holds it);
+    a node already running is adopted, its ports are its own."""
+    running = {n.id for n in config.nodes if running_pid(config, config_path, n.id) is not None}
+    taken = [t for t in taken_ports(config) if t.node_id not in running]
+    if not taken:
+        return None
+    lines = [f"cluster {config.name!r} not started: {len(taken)} of its ports are in use"]
+    lines += [t.describe() for t in taken]
+    lines.append("stop what holds them (another `cluster up`?) or change the ports in the config")
+    return "\n".join(lines)
+
+
 def _wait_ready(config: ClusterConfig, supervisor: Supervisor, stopping) -> bool:
     """Until every node answers 200 (every group has a leader). False, with the reason printed,
     when a node exits first or the time runs out."""
     deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
     while not stopping():
-        dead = supervisor.exit_lines()
+        dead = supervisor.exited()
         if dead:
-            for line in dead:
-                print(line, file=sys.stderr)
+            for node_id, how in dead:
+                # A bind error or a refusal to start is in the node's log, not on this terminal.
+                print(f"node {node_id} exited ({how}); log: {log_path(config, node_id)}\n"
+                      f"{node_id} ({how}), the end of its log:\n{log_tail(log_path(config, node_id))}",
+                      file=sys.stderr)
             print(f"a node exited while the cluster was starting; see {log_dir(config)}/", file=sys.stderr)
             return False
-        if all(fetch_health(n.http_url)[0] == 200 for n in config.nodes):
+        # Answered by this node of this cluster: a port held by something else must not read as "up".
+        if all(answers_as_ours(*fetch_health(n.http_url), n.id, config.name) for n in config.nodes):
             return True
         if time.monotonic() > deadline:
             print(f"the cluster did not elect every leader within {CLUSTER_READY_TIMEOUT_S:.0f} s; see {log_dir(config)}/",

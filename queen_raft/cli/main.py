@@ -17,7 +17,7 @@ from queen_raft.cli.cluster import add_cluster_commands
 from queen_raft.cli.kv import add_kv_commands
 from queen_raft.cli.messages import add_message_commands
 from queen_raft.cli.operator import add_operator_commands
-from queen_raft.cli.output import connection_options
+from queen_raft.cli.output import connection_options, installed_version
 from queen_raft.cli.timers import add_timer_commands
 from queen_raft.cli.transaction import add_transaction_commands
 from queen_raft.config import ConfigError, load_config
@@ -25,6 +25,7 @@ from queen_raft.config import ConfigError, load_config
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queen-raft", description="A Raft-replicated timer service.")
+    parser.add_argument("--version", action="version", version=f"queen-raft {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_cluster_commands(sub)
     common = connection_options()

@@ -84,7 +84,7 @@ async def admin_resume(q: Queen, args: argparse.Namespace) -> Any:
 
 
 async def usage(q: Queen, args: argparse.Namespace) -> Any:
-    return await q.usage()
+    return wire(await q.usage())
 
 
 # --- queue configure ----------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def queue_options(settings: list[str]) -> dict:
 async def queue_configure(q: Queen, args: argparse.Namespace) -> Any:
     if not args.set and not args.replace:
         raise UsageError("give at least one --set name=value (or --replace to reset every option to its default)")
-    return await q.configure(args.queue, queue_options(args.set or []), mode="replace" if args.replace else "merge")
+    return wire(await q.configure(args.queue, queue_options(args.set or []), mode="replace" if args.replace else "merge"))
 
 
 # --- registration ------------------------------------------------------------------------------

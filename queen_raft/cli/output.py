@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
+from queen_raft.cli.table import render
 from queen_raft.client import ConnectionFailed, Queen, QueenError, RetryPolicy
 from queen_raft.client.durations import duration_ms
 from queen_raft.client.queen import TOKEN_ENV, URL_ENV, urls_from_env
@@ -34,6 +35,16 @@ class UsageError(ValueError):
     """A command line that parses but cannot be sent (a missing file, two values for one option)."""
 
 
+def installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or "unknown" when run from a
+    source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("queen-raft")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def print_json(value: Any, stream=None) -> None:
     print(json.dumps(value, ensure_ascii=False), file=stream or sys.stdout, flush=True)
 
@@ -46,11 +57,11 @@ def json_argument(text: str) -> Any:
 
 
 def duration_argument(text: str) -> Any:
-    """'15m', '7d', ... or bare digits, which are milliseconds like everywhere in the SDK."""
+    """'15m', '7d', '250ms'; bare digits other than 0 are refused, as in the SDK (no unit guessed)."""
     value: Any = int(text) if text.lstrip("-").isdigit() else text
     try:
         duration_ms(value)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
@@ -86,8 +97,17 @@ def run_client_command(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a duration, payload, file or option the CLI or the SDK refuses before sending
         print(f"queen-raft: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print_json(answer)
+    print_answer(answer, args.output)
     return EXIT_OK
+
+
+def print_answer(answer: Any, output: str | None) -> None:
+    """JSON (the server's answer as it is) unless a table was asked for, or stdout is a terminal
+    and nothing was asked."""
+    if output == "table" or (output is None and sys.stdout.isatty()):
+        print(render(answer), flush=True)
+    else:
+        print_json(answer)
 
 
 def connection_options() -> argparse.ArgumentParser:
@@ -97,6 +117,9 @@ def connection_options() -> argparse.ArgumentParser:
     common.add_argument("--token", default=None, help=f"bearer token (default: {TOKEN_ENV})")
     common.add_argument("--retry-budget", type=float, default=CLI_RETRY_BUDGET_S, metavar="SECONDS",
                         help="give up retrying 503s and unreachable nodes after this long")
+    common.add_argument("--output", "-o", choices=("json", "table"), default=None,
+                        help="json (the server's answer; the default when piped) or table (the default on a "
+                             "terminal: columns, times as ISO 8601 with the delay from now)")
     return common
 
 

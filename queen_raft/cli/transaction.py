@@ -85,7 +85,7 @@ async def ack(q: Queen, args: argparse.Namespace) -> Any:
     """One acknowledgment under a lease; the verdict `{index, success, dlq}`, or exit 1 (invalid_lease)."""
     message = Message.from_wire({"transactionId": args.txn, "leaseId": args.lease, "partition": args.partition},
                                 args.queue, args.group, q.transport)
-    return await message.settle(args.status, args.error)
+    return wire(await message.settle(args.status, args.error))
 
 
 async def lease_extend(q: Queen, args: argparse.Namespace) -> Any:

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator
 from queen_raft.client.durations import Duration, duration_ms, duration_seconds
 from queen_raft.client.errors import AckRefused, NotFound, OutcomeUnknown, QueenError
 from queen_raft.client.payloads import message_payload
-from queen_raft.client.results import LeaseExtension
+from queen_raft.client.results import AckResult, LeaseExtension
 from queen_raft.client.transport import LONG_POLL_MARGIN_S, Transport, path_segment
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,8 @@ class Message:
             item["error"] = error
         return item
 
-    async def settle(self, status: str, error: str | None = None) -> dict:
-        """One acknowledgment; its verdict `{index, success, dlq}`, or AckRefused.
+    async def settle(self, status: str, error: str | None = None) -> AckResult:
+        """One acknowledgment; its verdict (success, dlq), or AckRefused.
 
         Safe to retry: the server remembers the settlements of its recently released leases, so a
         retry whose first try was applied answers that try's verdict."""
@@ -89,20 +89,20 @@ class Message:
                                      f"({code}): the first try may have settled it", body=answer.body)
             raise AckRefused(answer.status, code, f"ack of {self.queue}/{self.partition} offset {self.offset} refused: {code}",
                              body=answer.body)
-        return verdict
+        return AckResult.from_wire(verdict, retried=answer.maybe_applied_before)
 
-    async def ack(self) -> dict:
+    async def ack(self) -> AckResult:
         return await self.settle("completed")
 
-    async def nack(self, error: str | None = None) -> dict:
+    async def nack(self, error: str | None = None) -> AckResult:
         """`failed`: spends a retry; past the queue's retryLimit the message goes to its DLQ."""
         return await self.settle("failed", error)
 
-    async def retry(self) -> dict:
+    async def retry(self) -> AckResult:
         """`retry`: released for the next pop without spending a retry."""
         return await self.settle("retry")
 
-    async def dead_letter(self, error: str | None = None) -> dict:
+    async def dead_letter(self, error: str | None = None) -> AckResult:
         return await self.settle("dlq", error)
 
     async def extend(self, duration: Duration) -> LeaseExtension:

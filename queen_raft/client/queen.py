@@ -16,7 +16,11 @@ from queen_raft.client.payloads import message_payload, push_payload_fields
 from queen_raft.client.results import DlqPage, DlqRow, LeaseExtension, PushResult
 from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
 from queen_raft.client.transaction import Transaction
-from queen_raft.client.transport import DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport, path_segment
+from queen_raft.client.admin_results import QueueOptions, Usage
+from queen_raft.client.batch import ack_many
+from queen_raft.client.results import AckResult
+from queen_raft.client.transport import (DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, RetryPolicy, Transport,
+                                         path_segment)
 
 # QUEEN_URL may hold several node URLs, separated by commas.
 URL_ENV = "QUEEN_URL"
@@ -47,8 +51,12 @@ class Queen:
     def __init__(self, urls: list[str] | str | None = None, token: str | None = None, *,
                  retry: RetryPolicy | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  session: aiohttp.ClientSession | None = None,
-                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()):
-        """`session`: yours, kept open at close. Its client middlewares do not run for this client's
+                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = (),
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S):
+        """`connect_timeout_s`: a node that has not accepted the TCP connection in this long is
+        skipped (a wrong URL fails in seconds, see RetryPolicy.unreachable_budget_s).
+
+        `session`: yours, kept open at close. Its client middlewares do not run for this client's
         requests (each request passes its own list, which aiohttp lets override the session's, to
         forbid aiohttp's silent resend: see transport.py); pass them as `middlewares` instead."""
         if isinstance(urls, str):
@@ -58,7 +66,7 @@ class Queen:
             raise ValueError(f"give the node URLs (urls=[...] or {URL_ENV}=http://host:port,...)")
         self.transport = Transport(urls=urls, token=token if token is not None else os.environ.get(TOKEN_ENV),
                                    retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session,
-                                   middlewares=tuple(middlewares))
+                                   middlewares=tuple(middlewares), connect_timeout_s=connect_timeout_s)
 
     async def __aenter__(self) -> "Queen":
         await self.transport.open()
@@ -101,6 +109,12 @@ class Queen:
                 wait: Duration = DEFAULT_POLL_WAIT, keep_lease: Duration | None = None) -> AsyncIterator[Message]:
         return consume(self.transport, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
 
+    async def ack_many(self, messages: Sequence[Message], status: str = "completed", *,
+                       error: str | None = None) -> list[AckResult]:
+        """Settles many popped messages, one call per lease (at most 1000 each); one verdict per
+        message, in order. A refused item is a verdict with `success` false."""
+        return await ack_many(self.transport, messages, status, error)
+
     async def extend_lease(self, lease_id: str, duration: Duration) -> LeaseExtension:
         """The lease ends `duration` (whole seconds) after the group's now. NotFound (invalid_lease)
         once the lease expired or every message of it was settled."""
@@ -115,11 +129,11 @@ class Queen:
                        payload=message_payload(r), created_at=r.get("createdAt"), raw=r)
                 for r in answer.body["entries"][0]["records"]]
 
-    async def configure(self, queue: str, options: dict, mode: str = "merge") -> dict:
+    async def configure(self, queue: str, options: dict, mode: str = "merge") -> QueueOptions:
         """A queue's options (leaseTime, retryLimit, ...); answers the options in force."""
         answer = await self.transport.request("POST", "/api/v1/configure",
                                               json_body={"queue": queue, "options": options, "mode": mode})
-        return answer.body
+        return QueueOptions.from_wire(answer.body, queue)
 
     # -- dead letters and operator switches ----------------------------------------------------
 
@@ -172,9 +186,9 @@ class Queen:
         answer = await self.transport.request("POST", "/api/v1/admin/timers/resume")
         return bool(answer.body.get("paused"))
 
-    async def usage(self) -> dict:
+    async def usage(self) -> Usage:
         """Admin: billed and pushed messages, pending timers, fires by result, the pause flag."""
-        return (await self.transport.request("GET", "/api/v1/usage")).body
+        return Usage.from_wire((await self.transport.request("GET", "/api/v1/usage")).body)
 
     # -- transactions and KV -----------------------------------------------------------------
 

@@ -4,7 +4,7 @@ is never lost to a caller who needs it before this SDK names it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from queen_raft.client.payloads import stored_timer_payload
 
@@ -123,11 +123,35 @@ class KvEntry:
 
 
 @dataclass(frozen=True)
-class TransactionResult:
-    """`results` in one index space: operations (push, ack), then kv, then timers."""
+class AckResult:
+    """One acknowledgment's verdict. `success` false: `error` says why (invalid_lease, ...).
+    `retried`: an earlier try of its call may have been applied, so a refusal may mean that try
+    settled it."""
 
-    results: list[dict]
-    raw: dict = _raw()
+    index: int
+    success: bool
+    error: str | None = None
+    message: str | None = None
+    dlq: bool = False  # the message went to its queue's dead-letter queue
+    retried: bool = False
+    raw: dict[str, Any] = _raw()
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any], retried: bool = False) -> "AckResult":
+        return cls(index=int(wire.get("index") or 0), success=bool(wire.get("success")), error=wire.get("error"),
+                   message=wire.get("message"), dlq=bool(wire.get("dlq")), retried=retried, raw=wire)
+
+
+TransactionItemResult = Union[PushResult, AckResult, KvEntry, TimerResult]
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """`results` in one index space: operations (push: PushResult, ack: AckResult), then kv
+    (KvEntry), then timers (TimerResult)."""
+
+    results: list[TransactionItemResult]
+    raw: dict[str, Any] = _raw()
 
 
 @dataclass(frozen=True)

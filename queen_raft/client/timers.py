@@ -9,15 +9,19 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator
+from datetime import datetime
+from typing import Any, AsyncIterator, Iterable, TypeVar
 
+from queen_raft.client.batch import MAX_TIMER_OPS_PER_CALL, TimerRow, send_schedules
 from queen_raft.client.durations import Duration, duration_ms
+from queen_raft.client.instants import GroupClock, instant_ms, local_ms
 from queen_raft.client.errors import OutcomeUnknown
 from queen_raft.client.payloads import timer_payload_fields
 from queen_raft.client.results import TimerPage, TimerPeek, TimerResult
 from queen_raft.client.transport import Transport, path_segment
 
-_UNSET = object()
+_UNSET: Any = object()
+Setters = TypeVar("Setters", bound="TimerSetters")
 
 
 def mint_txn() -> str:
@@ -33,33 +37,44 @@ class TimerSpec:
     queue: str
     timer_key: str | None = None
     delay: Duration | None = None
+    at: datetime | None = None  # an absolute instant instead of a delay
+    require_pending: bool = False  # a transaction's cancel: roll back unless the timer is pending
     partition: str | None = None
     txn: str | None = None
     payload: Any = _UNSET
     zstd: bool = False
 
-    def schedule_op(self, txn: str | None = None) -> dict:
-        """The `schedule` op of POST /api/v1/timers (and of a transaction's `timers`)."""
+    def schedule_op(self, txn: str | None = None, clock: GroupClock | None = None) -> dict[str, Any]:
+        """The `schedule` op of POST /api/v1/timers (and of a transaction's `timers`); an `at`
+        instant becomes a delay on `clock`, the group clock as last seen."""
         if self.timer_key is None:
             raise ValueError(f"timer on {self.queue!r}: call .key(...) before .schedule()")
-        if self.delay is None:
-            raise ValueError(f"timer {self.queue}/{self.timer_key}: call .delay(...) before .schedule()")
+        if self.delay is None and self.at is None:
+            raise ValueError(f"timer {self.queue}/{self.timer_key}: call .delay(...) or .at(...) before .schedule()")
         if self.payload is _UNSET:
             raise ValueError(f"timer {self.queue}/{self.timer_key}: call .payload(...) before .schedule() "
                              "(None is a valid JSON payload, b'' an empty one)")
         op: dict[str, Any] = {"op": "schedule", "queue": self.queue, "timerKey": self.timer_key,
-                              "delayMs": duration_ms(self.delay), "txn": self.txn or txn or mint_txn()}
+                              "delayMs": self._delay_ms(clock), "txn": self.txn or txn or mint_txn()}
         op.update(timer_payload_fields(self.payload, self.zstd))
         if self.partition is not None:
             op["partition"] = self.partition
         return op
 
-    def cancel_op(self) -> dict:
+    def _delay_ms(self, clock: GroupClock | None) -> int:
+        if self.at is not None:
+            return (clock or GroupClock()).delay_until(self.at)
+        assert self.delay is not None
+        return duration_ms(self.delay)
+
+    def cancel_op(self) -> dict[str, Any]:
         if self.timer_key is None:
             raise ValueError(f"timer on {self.queue!r}: call .key(...) before .cancel()")
         op: dict[str, Any] = {"op": "cancel", "queue": self.queue, "timerKey": self.timer_key}
         if self.txn is not None:
             op["txn"] = self.txn
+        if self.require_pending:
+            op["requirePending"] = True
         return op
 
 
@@ -69,23 +84,30 @@ class TimerSetters(ABC):
     spec: TimerSpec
 
     @abstractmethod
-    def _with(self, **changes: Any):
+    def _with(self: Setters, **changes: Any) -> Setters:
         """A copy of this builder (of its own kind) with the spec changed."""
 
-    def key(self, timer_key: str):
+    def key(self: Setters, timer_key: str) -> Setters:
         return self._with(timer_key=timer_key)
 
-    def delay(self, delay: Duration):
+    def delay(self: Setters, delay: Duration) -> Setters:
+        """'15m', '72h', '1h30m', '250ms' or a timedelta; a bare integer other than 0 is a TypeError."""
         duration_ms(delay)  # a bad duration fails where it is written, not at schedule()
-        return self._with(delay=delay)
+        return self._with(delay=delay, at=None)
 
-    def partition(self, partition: str):
+    def at(self: Setters, instant: datetime) -> Setters:
+        """Deliver at this instant (a timezone-aware datetime; naive is a TypeError), converted to a
+        delay on the group clock as last seen by this client (docs/sdk.md, Timers)."""
+        instant_ms(instant)
+        return self._with(at=instant, delay=None)
+
+    def partition(self: Setters, partition: str) -> Setters:
         return self._with(partition=partition)
 
-    def txn(self, txn: str):
+    def txn(self: Setters, txn: str) -> Setters:
         return self._with(txn=txn)
 
-    def payload(self, value: Any, *, zstd: bool = False):
+    def payload(self: Setters, value: Any, *, zstd: bool = False) -> Setters:
         """A JSON value (encoded compactly) or bytes (sent as they are); `zstd=True` compresses them
         and sets `payloadZstd`, and the broker decompresses at the fire."""
         return self._with(payload=value, zstd=zstd)
@@ -107,9 +129,20 @@ class TimerBuilder(TimerSetters):
     async def schedule(self) -> TimerResult:
         """Schedule, or reschedule when the key has a pending timer (one upsert). Retried safely:
         the txn is fixed before the first attempt."""
-        answer = await self._transport.request("POST", "/api/v1/timers",
-                                                     json_body={"operations": [self.spec.schedule_op()]})
-        return TimerResult.from_wire(answer.body["results"][0])
+        op = self.spec.schedule_op(clock=self._transport.group_clock)
+        answer = await self._transport.request("POST", "/api/v1/timers", json_body={"operations": [op]})
+        result = TimerResult.from_wire(answer.body["results"][0])
+        if result.deliver_at is not None:
+            self._transport.group_clock.observe(op["delayMs"], result.deliver_at, local_ms())
+        return result
+
+    async def schedule_many(self, rows: Iterable[TimerRow], chunk_size: int = MAX_TIMER_OPS_PER_CALL) -> list[TimerResult]:
+        """Many timers of this queue (`TimerRow`s), in calls of at most `chunk_size` (the server's
+        default cap); one result per row, in order. BatchInterrupted when a call fails."""
+        clock = self._transport.group_clock
+        ops = [TimerSpec(queue=self.spec.queue, timer_key=row.key, delay=row.delay, at=row.at, partition=row.partition,
+                         txn=row.txn, payload=row.payload, zstd=row.zstd).schedule_op(clock=clock) for row in rows]
+        return await send_schedules(self._transport, ops, chunk_size)
 
     async def cancel(self) -> TimerResult:
         """The DELETE route, which no pause, rate or quota refuses. `absent` (ok false) may mean it

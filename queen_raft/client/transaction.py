@@ -7,14 +7,15 @@ is fixed when the builder call is made, so a retried commit carries the same one
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from queen_raft.client.consumer import Message
 from queen_raft.client.durations import Duration, duration_seconds
 from queen_raft.client.errors import OutcomeUnknown, TransactionRefused
 from queen_raft.client.kv import expiry_fields, kv_op
 from queen_raft.client.payloads import push_payload_fields
-from queen_raft.client.results import TransactionResult
+from queen_raft.client.results import (AckResult, KvEntry, PushResult, TimerResult, TransactionItemResult,
+                                      TransactionResult)
 from queen_raft.client.timers import TimerSetters, TimerSpec, mint_txn
 from queen_raft.client.transport import Transport
 
@@ -30,6 +31,7 @@ class Transaction:
         self.kv_ops: list[dict] = []
         self.timer_ops: list[dict] = []
         self._idempotent = True
+        self.group_clock = transport.group_clock
 
     def ack(self, message: Message, status: str = "completed", *, consumer_group: str | None = None,
             error: str | None = None) -> "Transaction":
@@ -71,6 +73,14 @@ class Transaction:
             body["timers"] = list(self.timer_ops)
         return body
 
+    def _typed(self, wire: list[dict[str, Any]]) -> list[TransactionItemResult]:
+        """Each result as the type of the op it answers: the index space is ours to read."""
+        kinds = [op["type"] for op in self.operations] + ["kv"] * len(self.kv_ops) + ["timer"] * len(self.timer_ops)
+        parse: dict[str, Callable[[dict[str, Any]], TransactionItemResult]] = {
+            "push": PushResult.from_wire, "ack": AckResult.from_wire, "kv": KvEntry.from_wire,
+            "timer": TimerResult.from_wire}
+        return [parse[kind](item) for kind, item in zip(kinds, wire)]
+
     async def commit(self) -> TransactionResult:
         """TransactionRefused (rolled back whole, `reason` and `index`) or the results in one index
         space: operations, then kv, then timers."""
@@ -78,7 +88,7 @@ class Transaction:
                                                idempotent=self._idempotent)
         body = answer.body
         if body.get("success"):
-            return TransactionResult(results=body.get("results", []), raw=body)
+            return TransactionResult(results=self._typed(body.get("results", [])), raw=body)
         reason = body.get("reason") or "refused"
         message = str(body.get("error") or reason)
         if answer.maybe_applied_before and reason in REASONS_AN_APPLIED_TRY_EXPLAINS:
@@ -134,9 +144,12 @@ class TransactionTimer(TimerSetters):
         return TransactionTimer(self._tx, replace(self.spec, **changes))
 
     def schedule(self) -> Transaction:
-        self._tx.timer_ops.append(self.spec.schedule_op())
+        self._tx.timer_ops.append(self.spec.schedule_op(clock=self._tx.group_clock))
         return self._tx
 
-    def cancel(self) -> Transaction:
-        self._tx.timer_ops.append(self.spec.cancel_op())
+    def cancel(self, *, require_pending: bool = False) -> Transaction:
+        """`require_pending=True`: the transaction commits only if this timer is still pending;
+        otherwise it is refused whole (TransactionRefused, reason `timer_not_pending`, the index)
+        and changes nothing. For a saga step that must not overwrite what the timer's fire did."""
+        self._tx.timer_ops.append(replace(self.spec, require_pending=require_pending).cancel_op())
         return self._tx

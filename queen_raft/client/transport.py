@@ -33,12 +33,17 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
+from queen_raft.client.instants import GroupClock
 from queen_raft.client.errors import (ConnectionFailed, OutcomeUnknown, QueenError, Unavailable, error_from_response,
                                      retry_after_seconds)
 
 # A call that has not answered in this long is given up on and retried elsewhere; a commit takes
 # milliseconds, an election under a second, so 10 s means the node is stuck, not slow.
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
+# Opening a TCP connection to a node on a working network takes milliseconds: a node that has not
+# accepted in this long is a wrong address or a dead host, and the call moves to the next URL (or
+# fails) instead of waiting for the request timeout.
+DEFAULT_CONNECT_TIMEOUT_S = 2.0
 # A long poll's connection is held by the server for its wait; the client allows this much more
 # before calling the node stuck.
 LONG_POLL_MARGIN_S = 5.0
@@ -56,7 +61,7 @@ async def no_silent_resend(request: aiohttp.ClientRequest, handler: aiohttp.Clie
     A connect that failed (ClientConnectorError) passes as it is: nothing was sent."""
     try:
         return await handler(request)
-    except aiohttp.ClientConnectorError:
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
         raise
     except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
         raise SentThenLost(f"{request.method} {request.url.path}: the connection failed after the request "
@@ -78,13 +83,17 @@ class RetryPolicy:
     # The whole call, retries included, fails within this; the server's own commit timeout is
     # shorter, so a 30 s budget spans several of its refusals.
     budget_s: float = 30.0
+    # A call that has not reached any node (every try refused or timed out at connect) gives up
+    # after this long: no node is listening at these URLs (a wrong URL, a stopped cluster), and an
+    # election does not stop nodes from accepting connections. Reaching one node lifts it.
+    unreachable_budget_s: float = 3.0
     # Waits are drawn in [1 - jitter, 1] x the backoff, so clients refused together do not return together.
     jitter: float = 0.5
 
     def backoff_s(self, failures: int, rng: Callable[[], float] = random.random) -> float:
         """The wait after the `failures`-th failed try (1-based)."""
         base = min(self.max_backoff_s, self.initial_backoff_s * (2 ** max(0, failures - 1)))
-        return base * (1.0 - self.jitter * rng())
+        return float(base * (1.0 - self.jitter * rng()))
 
 
 @dataclass
@@ -107,6 +116,9 @@ class Transport:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     session: aiohttp.ClientSession | None = None
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    # The group clock as last seen in a schedule answer: what `.at(datetime)` converts against.
+    group_clock: GroupClock = field(default_factory=GroupClock)
     # Client middlewares of the caller's, run for every request of this transport (outermost first).
     # They are passed per request, with `no_silent_resend` innermost, and aiohttp then ignores the
     # session's own middlewares (a per-request list overrides the session's): give yours here.
@@ -164,6 +176,7 @@ class Transport:
         connection was refused) are retried; a 503 or a lost answer is raised, outcome unknown."""
         if self.session is None:
             await self.open()
+        assert self.session is not None
         started = time.monotonic()
         deadline = started + self.retry.budget_s
         data = None if json_body is None else json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
@@ -173,8 +186,9 @@ class Transport:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s, sock_connect=self.connect_timeout_s)
         maybe_applied = False
+        reached = False  # some node answered this call
         last_error: QueenError | None = None
         not_before = [0.0] * len(self._nodes)  # monotonic, per node, for this call only
         for attempt in range(1, self.retry.max_attempts + 1):
@@ -195,9 +209,11 @@ class Transport:
                                                 middlewares=self._request_middlewares) as response:
                     raw = await response.read()
                     status, response_headers = response.status, response.headers
-            except aiohttp.ClientConnectorError as exc:  # never reached the node: nothing was applied
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # nothing was sent
                 last_error = ConnectionFailed(0, "connection_failed", f"{node}: {exc}")
                 self._fail_over(index, self.retry.backoff_s(attempt), not_before)
+                if not reached and time.monotonic() - started >= self.retry.unreachable_budget_s:
+                    break
                 continue
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # sent, then lost: may have been applied
                 maybe_applied = True
@@ -207,6 +223,7 @@ class Transport:
                     raise OutcomeUnknown(0, "outcome_unknown", f"{last_error.message}; not retried: the call is not "
                                          "idempotent and may have been applied") from exc
                 continue
+            reached = True
             body = _decode_body(raw)
             if status in ok_statuses:
                 self._current = index

@@ -56,7 +56,7 @@ from .limits import (
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, answer_bound, is_int, require
-from .timer_ops import apply_timer_ops, check_quota, validate_timer_ops
+from .timer_ops import apply_timer_ops, check_quota, check_required_pending, validate_timer_ops
 from .timers import FireTally, TimerTable, fire, peek_timer
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
@@ -337,6 +337,7 @@ class TenantState:
             claimed.add((target[0].lease_id, target[1]))
             resolved.append((index, target, operation))
         overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
+        check_required_pending(self.timers, timer_ops, timer_base)
         check_quota(self.timers, timer_ops, command.get("maxPending"))
 
         # Apply: none of this can refuse any more.

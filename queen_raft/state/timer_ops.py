@@ -22,6 +22,10 @@ SCHEDULE_ROWS = "schedule_rows"
 ROW_FIELDS = ("queue", "timerKey", "partition", "delayMs", "txn", "messageId", "payload",
               "payloadZstd", "encrypted")
 _LIST = {list}  # the type set of a valid group's rows
+# On a transaction's cancel: the timer must be pending, or the transaction rolls back. An entry
+# without it (every entry written before it existed) applies exactly as it always did.
+REQUIRE_PENDING = "requirePending"
+TIMER_NOT_PENDING = "timer_not_pending"
 
 
 def validate_timer_ops(ops: object, code: str = "timers_bad_request",
@@ -46,6 +50,8 @@ def validate_timer_ops(ops: object, code: str = "timers_bad_request",
             txn = op.get("txn")
             if txn is not None and type(txn) is not str:
                 raise Refusal(code, "txn must be a string", position)
+            if type(op.get(REQUIRE_PENDING, False)) is not bool:
+                raise Refusal(code, "requirePending must be a boolean", position)
             position += 1
             continue
         if (kind not in SCHEDULE_OPS or type(op.get("delayMs")) is not int
@@ -137,6 +143,20 @@ def schedule_problem(op: dict) -> str:
     if type(op.get("partition", DEFAULT_PARTITION)) is not str:
         return "partition must be a string"
     return "payloadZstd and encrypted must be booleans"
+
+
+def check_required_pending(table: TimerTable, ops: list[dict], index_base: int = 0) -> None:
+    """Refuse (timer_not_pending, at the op's flat index) the first cancel with requirePending
+    whose timer is not pending: already fired, cancelled, or never scheduled."""
+    position = index_base
+    for op in ops:
+        if op["op"] == SCHEDULE_ROWS:
+            position += len(op["rows"])
+            continue
+        if op["op"] == "cancel" and op.get(REQUIRE_PENDING) and table.get(op["queue"], op["timerKey"]) is None:
+            raise Refusal(TIMER_NOT_PENDING, f"timer {op['queue']}/{op['timerKey']} is not pending "
+                          "(fired, cancelled or never scheduled)", position)
+        position += 1
 
 
 def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None:

@@ -72,11 +72,11 @@ async def test_a_fired_timer_is_consumed_and_acked(node_cluster):
         assert message.payload == {"hello": "world"}
         assert message.created_at >= scheduled.deliver_at
         verdict = await message.ack()
-        assert verdict["success"] is True
+        assert verdict.success is True
         assert await q.pop(queue, group="workers", wait="500ms") == []  # acked: nothing left for the group
         # A retried ack (its answer lost) gets the first verdict back and changes nothing; asking
         # for another status than the first is refused as such.
-        assert (await message.ack())["success"] is True
+        assert (await message.ack()).success is True
         with pytest.raises(AckRefused, match="already settled as completed"):
             await message.nack("too late")
         assert await q.pop(queue, group="workers", wait="200ms") == []
@@ -89,7 +89,7 @@ async def test_keep_lease_extends_while_the_handler_runs(node_cluster):
         await q.push(queue, {"job": 1})
         async for message in q.consume(queue, group="g", wait="2s", keep_lease="3s"):
             await asyncio.sleep(4.5)  # over twice the 2 s lease: only the renewals keep it
-            assert (await message.ack())["success"] is True
+            assert (await message.ack()).success is True
             break
         await q.push(queue, {"job": 2})
         async for message in q.consume(queue, group="g", wait="2s"):
@@ -193,7 +193,7 @@ async def test_saga_rollback_leaves_none_of_them(node_cluster):
         assert (await q.kv("bookings").get(booking)).found is False
         assert (await q.timer(queue).key(booking).peek()).found is False
         # The ack was rolled back too: the lease still covers the message, so it acks now, once.
-        assert (await message.ack())["success"] is True
+        assert (await message.ack()).success is True
 
 
 async def test_a_cancel_inside_a_rolled_back_transaction_keeps_the_timer(node_cluster):
@@ -213,7 +213,7 @@ async def test_a_message_past_its_retries_is_dead_lettered_and_replayed(node_clu
         await q.configure(queue, {"retryLimit": 0})
         pushed = await q.push(queue, {"poison": True})
         [message] = await q.pop(queue, group="g", wait="2s")
-        assert (await message.nack("cannot parse"))["dlq"] is True
+        assert (await message.nack("cannot parse")).dlq is True
         [row] = await q.dlq(queue)
         assert (row.queue, row.transaction_id, row.error, row.payload) == (queue, pushed.transaction_id, "cannot parse",
                                                                            {"poison": True})
@@ -237,11 +237,11 @@ async def test_an_operator_pause_refuses_schedules_but_not_cancels(node_cluster)
                 await q.timer(queue).key("k2").delay("1h").payload(1).schedule()
             assert caught.value.retry_after_s >= 1
             assert (await q.timer(queue).key("k").cancel()).status == "cancelled"
-            assert (await q.usage())["schedulingPaused"] is True
+            assert (await q.usage()).scheduling_paused is True
         finally:
             assert await q.resume_scheduling() is False
         assert (await q.timer(queue).key("k2").delay("1h").payload(1).schedule()).status == "scheduled"
-        assert (await q.usage())["billedMessages"] >= 2
+        assert (await q.usage()).billed_messages >= 2
 
 
 @pytest.mark.parametrize("key", ["a/../b", "./x", "50% off?#frag", "ünï/cödé", "trailing/"])

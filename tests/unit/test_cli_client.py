@@ -27,9 +27,11 @@ def test_schedule_arguments_parse_with_repeated_urls():
     assert args.url == ["http://a:1", "http://b:2"]
 
 
-def test_bare_digits_are_milliseconds():
-    args = build_parser().parse_args(["pop", "q", "--wait", "1500"])
-    assert args.wait == 1500
+def test_bare_digits_are_refused_with_the_units_to_write(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["pop", "q", "--wait", "1500"])
+    assert "'1500ms', '1500s'" in capsys.readouterr().err
+    assert build_parser().parse_args(["pop", "q", "--wait", "0"]).wait == 0
 
 
 @pytest.mark.parametrize("argv", [

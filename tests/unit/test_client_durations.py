@@ -17,9 +17,16 @@ def test_strings_with_units_are_milliseconds(text, expected_ms):
     assert duration_ms(text) == expected_ms
 
 
-def test_integers_are_milliseconds_and_may_be_negative():
-    assert duration_ms(86_400_000) == 86_400_000
-    assert duration_ms(-1) == -1
+@pytest.mark.parametrize("bare", [3600, -1, 86_400_000])
+def test_a_bare_integer_is_refused_with_the_units_to_write(bare):
+    with pytest.raises(TypeError, match=f"'{bare}ms', '{bare}s'.*timedelta"):
+        duration_ms(bare)
+    with pytest.raises(TypeError):
+        duration_seconds(bare)
+
+
+def test_zero_is_the_one_integer_taken_it_is_the_same_in_every_unit():
+    assert duration_ms(0) == 0 and duration_seconds(0) == 0
 
 
 def test_timedelta_is_exact():
@@ -48,8 +55,5 @@ def test_other_types_are_refused(bad):
 def test_seconds_for_ttls_are_whole():
     assert duration_seconds("7d") == 604_800
     assert duration_seconds(timedelta(minutes=1)) == 60
-    assert duration_seconds(5_000) == 5  # an integer is still milliseconds
     with pytest.raises(ValueError, match="whole number of seconds"):
-        duration_seconds(5)  # 5 ms: the usual slip of meaning seconds
-    with pytest.raises(ValueError):
         duration_seconds("250ms")

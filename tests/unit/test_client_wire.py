@@ -51,7 +51,7 @@ async def test_schedule_mints_a_txn_per_call_and_omits_the_default_partition(nod
     node.replies = [(200, SCHEDULE_ANSWER, {})]
     timer = queen.timer("reminders").key("k")
     await timer.delay(timedelta(minutes=15)).payload(b"\x00\xff").schedule()
-    await timer.delay(250).payload(b"\x00\xff").schedule()
+    await timer.delay("250ms").payload(b"\x00\xff").schedule()
     first, second = (s.body["operations"][0] for s in node.seen)
     assert "partition" not in first
     assert first["delayMs"] == 900_000 and second["delayMs"] == 250

@@ -3,6 +3,7 @@
 import copy
 import hashlib
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,9 @@ def test_local3_is_three_loopback_nodes_on_6632_to_6634():
     config = load_config("cluster_configs/local-3.toml", env={})
     assert [n.http_port for n in config.nodes] == [6632, 6633, 6634]
     assert {n.host for n in config.nodes} == {"127.0.0.1"}
+
+
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "cluster_configs"
 
 
 def test_single_is_the_embedded_default():
@@ -227,7 +231,7 @@ def test_http_body_ceiling_keeps_an_entry_under_the_raft_cap():
 
 
 def test_the_config_readme_documents_every_setting():
-    text = (EMBEDDED_DEFAULT_CONFIG.parent / "README.md").read_text()
+    text = (REPO_CONFIGS / "README.md").read_text()
     for spec in SETTING_SPECS:
         assert f"| `{spec.key}` | `{spec.env}` |" in text, spec.key
 
@@ -301,7 +305,7 @@ def test_non_loopback_dial_target_needs_the_raft_password_and_refuses_plaintext_
 
 
 def test_the_config_readme_shape_parses_with_its_dial_example():
-    text = (EMBEDDED_DEFAULT_CONFIG.parent / "README.md").read_text()
+    text = (REPO_CONFIGS / "README.md").read_text()
     shape = text.split("## Shape", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
     raw = tomllib.loads(shape.replace("<64 hex>", "a" * 64))
     config = parse_config(raw, env={})

@@ -142,6 +142,16 @@ def test_applied_release_whose_target_is_still_pending_is_caught():
     assert [c["txn"] for c in results["transaction_atomicity"]["counterexamples"]] == ["x2"]
 
 
+def test_a_release_refused_because_its_hold_was_not_pending_is_caught():
+    h, state = clean()
+    h.txn("x6", "c2", None, "release", FAIL, 1200, 1210, target="x1", reason="timer_not_pending")
+    state["kv"]["op-x6"] = {"found": False}
+    results = check(h, state)
+    # Its target is gone (x2 released it) while it failed: atomicity flags the same release.
+    assert failing(results) == {"release_found_hold_pending", "transaction_atomicity"}
+    assert [c["txn"] for c in results["release_found_hold_pending"]["counterexamples"]] == ["x6"]
+
+
 def test_acknowledged_hold_whose_timer_vanished_is_caught():
     h, state = clean()
     del state["timers"]["x5"]
@@ -254,7 +264,7 @@ def test_plan_is_seeded_and_the_body_matches_what_the_checker_reads():
     assert [op["transactionId"] for op in body["operations"]] == ["x7-a", "x7-b"]
     assert body["kv"][0] == {"op": "check", "ns": "jx-bank", "key": "c1", "expectedVersion": 3}
     assert body["kv"][1]["value"]["n"] == 4 and body["kv"][2]["value"] == {"counter": "c1", "prev": 3}
-    assert body["timers"] == [{"op": "cancel", "queue": "jxt", "timerKey": "x2"}]
+    assert body["timers"] == [{"op": "cancel", "queue": "jxt", "timerKey": "x2", "requirePending": True}]
 
 
 class _ReadClient:
