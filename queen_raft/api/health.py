@@ -71,8 +71,12 @@ def group_problem(tenant: str, status: dict, watch: ApplyWatch) -> str | None:
 
 
 async def get_health(request: web.Request) -> web.Response:
-    serving = serving_of(request)
-    watch = request.app[APPLY_WATCH_KEY]
+    body = health_body(serving_of(request), request.app[APPLY_WATCH_KEY])
+    return json_response(body, status=200 if body["status"] == "healthy" else 503)
+
+
+def health_body(serving, watch: ApplyWatch) -> dict:
+    """The /health answer of this node (also a part of GET /api/v1/overview)."""
     groups = {}
     every_group_led, problems = True, False
     for tenant, group in serving.groups.items():
@@ -86,8 +90,7 @@ async def get_health(request: web.Request) -> web.Response:
         every_group_led = every_group_led and bool(status.get("leader"))
         problems = problems or problem is not None
     verdict = "unhealthy" if problems else "healthy" if every_group_led else "settling"
-    body = {"status": verdict, "node": serving.node_id, "groups": groups}
-    return json_response(body, status=200 if verdict == "healthy" else 503)
+    return {"status": verdict, "node": serving.node_id, "groups": groups}
 
 
 async def get_metrics(request: web.Request) -> web.Response:

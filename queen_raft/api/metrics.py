@@ -97,6 +97,16 @@ class FireLagHistogram(Collector):
                 counts[bisect.bisect_left(self._bounds_s, lag_ms / 1000.0)] += count
                 series[1] += lag_ms * count
 
+    def snapshot(self, tenant: str) -> dict:
+        """This node's histogram of one tenant as JSON: the finite upper bounds, the count in each
+        bucket (not cumulative; one more than the bounds, the last past the largest), the total
+        count and sum. All zero before this node has led a tick of the tenant's group."""
+        with self._lock:
+            series = self._series.get(tenant)
+            counts, sum_ms = (list(series[0]), series[1]) if series is not None else ([0] * len(self._bounds_s), 0)
+        return {"boundsSeconds": list(self._bounds_s[:-1]), "bucketCounts": counts, "count": sum(counts),
+                "sumSeconds": sum_ms / 1000.0}
+
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self.NAME, self.DOCUMENTATION, "histogram")
         with self._lock:
