@@ -14,7 +14,7 @@ from aiohttp import web
 
 from queen_raft.api.errors import ApiError
 
-CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -25,15 +25,14 @@ SECURITY_HEADERS = {
 }
 
 
+# The page's files in the package's dashboard folder (package data in pyproject.toml).
+PAGE_FILES = ("index.html", "app.js", "style.css")
+
+
 def load_assets() -> dict[str, tuple[bytes, str]]:
-    """{file name: (bytes, content type)} of the package's dashboard folder, read once at start."""
+    """{file name: (bytes, content type)} of the page's files, read once at start."""
     folder = resources.files("queen_raft.dashboard")
-    assets = {}
-    for entry in folder.iterdir():
-        suffix = "." + entry.name.rsplit(".", 1)[-1]
-        if entry.is_file() and suffix in CONTENT_TYPES:
-            assets[entry.name] = (entry.read_bytes(), CONTENT_TYPES[suffix])
-    return assets
+    return {name: ((folder / name).read_bytes(), CONTENT_TYPES["." + name.rsplit(".", 1)[-1]]) for name in PAGE_FILES}
 
 
 ASSETS_KEY = web.AppKey("dashboard_assets", dict)

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dlq, harness_hooks, kv, messages, overview, timers
+from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.requests import JSON_SAFE_INT, json_response
@@ -381,7 +381,9 @@ def _paths() -> dict:
                                "responses": {"200": {"description": "the page",
                                                      "content": {"text/html": {"schema": STR}}}}}},
         "/dashboard/{name}": {"get": {"summary": "One of the page's files (app.js, style.css)", "security": [],
-                                      "tags": ["queen"], "parameters": [path_param("name")],
+                                      "tags": ["queen"], "parameters": [{
+                                          "name": "name", "in": "path", "required": True,
+                                          "schema": {"enum": list(dashboard.PAGE_FILES)}}],
                                       "responses": {"200": {"description": "the file", "content": {
                                           kind: {"schema": STR} for kind in ("text/javascript", "text/css", "text/html")}},
                                           "404": error("not_found: no such file")}}},

@@ -88,7 +88,12 @@ class ApiRefusal extends Error {}
 
 async function api(method, path) {
   const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
-  const answer = await fetch(path, { method, headers });
+  let answer;
+  try {
+    answer = await fetch(path, { method, headers });
+  } catch (error) { // the node itself did not answer: no status, no body
+    throw new ApiRefusal(`${method} ${path}: the node did not answer (${error.message}); retrying every ${REFRESH_MS / 1000} s`);
+  }
   const text = await answer.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
