@@ -112,7 +112,8 @@ def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     node = config.node(node_id)
     settings = raft_settings(resolve_raft_password(config).settings)
     metrics_groups: dict[str, TenantGroup] = {}
-    metrics = ApiMetrics(groups_source=lambda: metrics_groups)
+    metrics = ApiMetrics(groups_source=lambda: metrics_groups,
+                         quotas={tenant.name: config.timers_max_pending(tenant.name) for tenant in config.tenants})
     groups: dict[str, TenantGroup] = {}
     signals: dict[str, ApplySignal] = {}
     for tenant in config.tenants:

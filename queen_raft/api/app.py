@@ -8,7 +8,8 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from queen_raft.api import admin, dlq, harness_hooks, health, kv, messages, openapi, queues, timers, transaction
+from queen_raft.api import (admin, dashboard, dlq, harness_hooks, health, kv, messages, openapi, overview, queues,
+                            timers, transaction)
 from queen_raft.api.client_errors import ClientErrorLog, CountedServerLog
 from queen_raft.api.connections import ConnectionLimiter
 from queen_raft.api.errors import ApiError, error_response
@@ -86,5 +87,7 @@ def create_app(serving: ServingNode) -> web.Application:
     dlq.add_routes(app)
     openapi.add_routes(app)
     health.add_routes(app)
+    overview.add_routes(app)
+    dashboard.add_routes(app)
     harness_hooks.add_routes(app)  # only with QUEEN_TEST_HOOKS=1
     return app

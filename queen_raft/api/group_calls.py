@@ -31,6 +31,7 @@ async def propose(serving, tenant: str, command: dict, unavailable_code: str) ->
     try:
         result = await group.propose(command)
     except GroupUnavailable as exc:
+        serving.metrics.group_unavailable.labels(tenant=tenant, reason=exc.reason).inc()
         raise unavailable(unavailable_code, exc) from None
     except EntryTooLarge as exc:  # refused before proposing: pysyncobj corrupts entries past its cap
         raise ApiError(413, "payload_too_large", f"the call is too large for one log entry: {exc}") from None
@@ -42,4 +43,5 @@ async def read(serving, tenant: str, fn: Callable[[Any], T], unavailable_code: s
     try:
         return await serving.groups[tenant].read(fn)
     except GroupUnavailable as exc:
+        serving.metrics.group_unavailable.labels(tenant=tenant, reason=exc.reason).inc()
         raise unavailable(unavailable_code, exc) from None

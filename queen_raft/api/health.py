@@ -71,8 +71,12 @@ def group_problem(tenant: str, status: dict, watch: ApplyWatch) -> str | None:
 
 
 async def get_health(request: web.Request) -> web.Response:
-    serving = serving_of(request)
-    watch = request.app[APPLY_WATCH_KEY]
+    body = health_body(serving_of(request), request.app[APPLY_WATCH_KEY])
+    return json_response(body, status=200 if body["status"] == "healthy" else 503)
+
+
+def health_body(serving, watch: ApplyWatch) -> dict:
+    """The /health answer of this node (also a part of GET /api/v1/overview)."""
     groups = {}
     every_group_led, problems = True, False
     for tenant, group in serving.groups.items():
@@ -88,8 +92,7 @@ async def get_health(request: web.Request) -> web.Response:
     verdict = "unhealthy" if problems else "healthy" if every_group_led else "settling"
     # The cluster's name with the node's id: a launcher tells its own node from another cluster's
     # process that holds the same port.
-    body = {"status": verdict, "node": serving.node_id, "cluster": serving.config.name, "groups": groups}
-    return json_response(body, status=200 if verdict == "healthy" else 503)
+    return {"status": verdict, "node": serving.node_id, "cluster": serving.config.name, "groups": groups}
 
 
 async def get_metrics(request: web.Request) -> web.Response:

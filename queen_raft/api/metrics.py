@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -37,8 +37,10 @@ HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 class ReplicatedStateCollector(Collector):
     """Reads each group's counters and Raft status when Prometheus scrapes."""
 
-    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]]):
+    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]],
+                 quotas: Mapping[str, int | None] | None = None):
         self._groups_source = groups_source
+        self._quotas = quotas or {}
 
     def collect(self) -> Iterable:
         pending = GaugeMetricFamily("queen_timers_pending", "Timers waiting to fire", labels=["tenant"])
@@ -48,9 +50,14 @@ class ReplicatedStateCollector(Collector):
         is_leader = GaugeMetricFamily("queen_raft_is_leader", "1 when this node leads the tenant's group", labels=["tenant"])
         term = GaugeMetricFamily("queen_raft_term", "Raft term of the tenant's group on this node", labels=["tenant"])
         commit_index = GaugeMetricFamily("queen_raft_commit_index", "Raft commit index on this node", labels=["tenant"])
+        dlq = GaugeMetricFamily("queen_dlq_messages", "Dead-lettered messages waiting for a replay", labels=["tenant"])
+        quota = GaugeMetricFamily("queen_timers_quota", "The tenant's pending-timer quota (absent: none)", labels=["tenant"])
+        flush = HistogramMetricFamily("queen_raft_journal_flush_seconds", "Journal fdatasync time on this node",
+                                      labels=["tenant"])
         for tenant, group in self._groups_source().items():
             try:
-                counters = group.peek_local(lambda state: state.counters())
+                counters, dlq_rows = group.peek_local(
+                    lambda state: (state.counters(), sum(len(q.dlq) for q in state.broker.queues.values())))
                 status = group.status()
             except Exception:  # a group that is stopping must not break the whole scrape
                 log.exception("metrics: group %s could not be read", tenant)
@@ -63,7 +70,21 @@ class ReplicatedStateCollector(Collector):
             is_leader.add_metric([tenant], 1 if status.get("role") == "leader" else 0)
             term.add_metric([tenant], status.get("term") or 0)
             commit_index.add_metric([tenant], status.get("commitIndex") or 0)
-        return [pending, fired, pushed, billed, is_leader, term, commit_index]
+            dlq.add_metric([tenant], dlq_rows)
+            if self._quotas.get(tenant) is not None:
+                quota.add_metric([tenant], self._quotas[tenant])
+            if status.get("journalFlush"):
+                add_histogram(flush, tenant, status["journalFlush"])
+        return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush]
+
+
+def add_histogram(family: HistogramMetricFamily, tenant: str, snapshot: dict) -> None:
+    """A {boundsSeconds, bucketCounts (per bucket), sumSeconds} snapshot as one labelled histogram."""
+    cumulative, buckets = 0, []
+    for bound, count in zip([*snapshot["boundsSeconds"], math.inf], snapshot["bucketCounts"]):
+        cumulative += count
+        buckets.append((floatToGoString(bound), cumulative))
+    family.add_metric([tenant], buckets, snapshot["sumSeconds"])
 
 
 class FireLagHistogram(Collector):
@@ -97,6 +118,16 @@ class FireLagHistogram(Collector):
                 counts[bisect.bisect_left(self._bounds_s, lag_ms / 1000.0)] += count
                 series[1] += lag_ms * count
 
+    def snapshot(self, tenant: str) -> dict:
+        """This node's histogram of one tenant as JSON: the finite upper bounds, the count in each
+        bucket (not cumulative; one more than the bounds, the last past the largest), the total
+        count and sum. All zero before this node has led a tick of the tenant's group."""
+        with self._lock:
+            series = self._series.get(tenant)
+            counts, sum_ms = (list(series[0]), series[1]) if series is not None else ([0] * len(self._bounds_s), 0)
+        return {"boundsSeconds": list(self._bounds_s[:-1]), "bucketCounts": counts, "count": sum(counts),
+                "sumSeconds": sum_ms / 1000.0}
+
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self.NAME, self.DOCUMENTATION, "histogram")
         with self._lock:
@@ -113,7 +144,8 @@ class FireLagHistogram(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]] | None = None):
+    def __init__(self, groups_source: Callable[[], Mapping[str, GroupApi]] | None = None,
+                 quotas: Mapping[str, int | None] | None = None):
         self.registry = CollectorRegistry()
         self.fire_lag_seconds = FireLagHistogram()
         self.registry.register(self.fire_lag_seconds)
@@ -129,12 +161,16 @@ class ApiMetrics:
             "queen_raft_commit_seconds", "Propose to committed-and-applied, on the proposing node",
             buckets=COMMIT_BUCKETS_S, registry=self.registry,
         )
+        self.group_unavailable = Counter(
+            "queen_raft_unavailable_total", "Calls answered 503 because the group could not commit or read in time, "
+            "by reason (no_leader, timeout, leader_changed, ...)", ["tenant", "reason"], registry=self.registry,
+        )
         self.http_request_seconds = Histogram(
             "queen_http_request_seconds", "HTTP request duration by route and status code", ["route", "code"],
             buckets=HTTP_BUCKETS_S, registry=self.registry,
         )
         if groups_source is not None:
-            self.registry.register(ReplicatedStateCollector(groups_source))
+            self.registry.register(ReplicatedStateCollector(groups_source, quotas))
         # Labelled children, each resolved once: labels() takes the family's lock and str()s every
         # value on each call (3% of a single-op schedule's loop time in the profile, 5% of a batch's,
         # where it ran once per op). The keys are bounded like the families' own: routes, status

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dlq, harness_hooks, kv, messages, timers
+from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.openapi_names import add_operation_ids, add_types
@@ -301,6 +301,7 @@ def _paths() -> dict:
         "/api/v1/timers/{queue}": {"get": operation(
             "List a queue's pending timers by timerKey (keyset)", ref("TimerList"),
             params=[queue, query_param("after", STR, "exclusive cursor"),
+                    query_param("prefix", STR, "only the timerKeys that start with it"),
                     query_param("limit", {"type": "integer"}, f"clamped to 1..{timers.LIST_MAX_LIMIT}")])},
         "/api/v1/timers/{queue}/{timerKey}": {
             "get": operation("Peek one timer (payload as stored, never decrypted)", ref("TimerPeek"), params=[queue, key]),
@@ -376,7 +377,21 @@ def _paths() -> dict:
         "/api/v1/admin/timers/pause": {"post": operation("Pause timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/admin/timers/resume": {"post": operation("Resume timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/usage": {"get": operation("Billed messages and counters of the tenant (admin)", usage, tag="admin")},
+        "/api/v1/overview": {"get": operation(
+            "The dashboard's figures of the token's tenant: nodes and groups, queues, counters, fire lag (any "
+            "level that may read)", overview.ANSWER_SCHEMA, errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503))},
         "/api/v1/openapi.json": {"get": operation("This document", {"type": "object"}, errors=(), public=True)},
+        "/dashboard": {"get": {"summary": "The operator's page (static HTML; its data comes from the JSON API)",
+                               "security": [], "tags": ["queen"],
+                               "responses": {"200": {"description": "the page",
+                                                     "content": {"text/html": {"schema": STR}}}}}},
+        "/dashboard/{name}": {"get": {"summary": "One of the page's files (app.js, style.css)", "security": [],
+                                      "tags": ["queen"], "parameters": [{
+                                          "name": "name", "in": "path", "required": True,
+                                          "schema": {"enum": list(dashboard.PAGE_FILES)}}],
+                                      "responses": {"200": {"description": "the file", "content": {
+                                          kind: {"schema": STR} for kind in ("text/javascript", "text/css", "text/html")}},
+                                          "404": error("not_found: no such file")}}},
         "/health": {"get": operation("Each group's Raft view from this node", health, errors=(), public=True,
                                      extra={"503": {"description": "settling: some group has no known leader; "
                                                                    "unhealthy: a group has a problem",

@@ -282,7 +282,9 @@ async def list_timers(request: web.Request) -> web.Response:
     queue = request.match_info["queue"]
     after = request.query.get("after") or None
     limit = min(LIST_MAX_LIMIT, max(1, query_int(request, "limit", LIST_DEFAULT_LIMIT, BAD_REQUEST)))
-    page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit), UNAVAILABLE)
+    prefix = request.query.get("prefix") or None
+    page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit, prefix),
+                      UNAVAILABLE)
     return json_response(list_answer(page))
 
 

@@ -135,6 +135,8 @@ class TenantGroup:
             "proposals": self._proposal_counters(),
             "diskFull": bool(getattr(so._SyncObj__raftLog, "disk_full", False)),
             "loadError": str(so.start_refusal) if getattr(so, "start_refusal", None) else None,
+            "journalFlush": (lambda times: times.snapshot() if times else None)(
+                getattr(so._SyncObj__raftLog, "flush_times", None)),
         }
 
     def _proposal_counters(self) -> dict:

@@ -28,6 +28,7 @@ class GroupStatus(TypedDict):
     proposals: dict  # entries and commands this node proposed through its batcher
     diskFull: bool  # the journal cannot write: writes are refused with disk_full, reads go on
     loadError: str | None  # why the state could not be loaded (the node then refuses to start)
+    journalFlush: dict | None  # fdatasync times (raft/flush_times.py); None for a journal that never flushes
 
 
 class GroupApi(Protocol):

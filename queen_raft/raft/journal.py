@@ -36,12 +36,14 @@ import logging
 import mmap
 import os
 import threading
+import time
 
 import pysyncobj.syncobj
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, MemoryJournal
 from pysyncobj.pickle import dumps as pysyncobj_dumps
 
 from queen_raft.raft.damaged import DamagedDataError, report_runtime_damage
+from queen_raft.raft.flush_times import FlushTimes
 from queen_raft.raft.journal_format import (
     CHECKSUMMED_FORMAT,
     RECORD_HEAD,
@@ -322,6 +324,7 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self._FileJournal__metaStorer = DurableMetaStorer(journalFile + ".meta")
         self.dirty = False
         self.flushes = 0
+        self.flush_times = FlushTimes()
         self.flush_failed: OSError | None = None
         # What the last flush made durable (all of it: the journal opened from disk).
         self._flushed_offset = self._FileJournal__currentOffset
@@ -381,6 +384,7 @@ class GroupCommitJournal(CompactionGuardedJournal):
             return False
         if not self.write_spilled_records():
             return False
+        started = time.perf_counter()
         try:
             self.sync_to_disk()
         except OSError as exc:
@@ -389,6 +393,7 @@ class GroupCommitJournal(CompactionGuardedJournal):
             log.critical("journal %s: fdatasync failed (%s); this node acknowledges nothing more until it is "
                          "restarted", self.journal_path, exc)
             return False
+        self.flush_times.observe(time.perf_counter() - started)
         self.dirty = False
         self.flushes += 1
         self._flushed_offset = self._FileJournal__currentOffset

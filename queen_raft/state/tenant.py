@@ -372,8 +372,9 @@ class TenantState:
         timer = self.timers.get(queue, timer_key)
         return None if timer is None else peek_timer(timer)
 
-    def list_timers(self, queue: str, after: str | None = None, limit: int | None = None) -> dict:
-        return self.timers.list(queue, after, clamp_limit(limit))
+    def list_timers(self, queue: str, after: str | None = None, limit: int | None = None,
+                    prefix: str | None = None) -> dict:
+        return self.timers.list(queue, after, clamp_limit(limit), prefix)
 
     def fetch(self, queue: str, partition: str = DEFAULT_PARTITION, offset: int = 0,
               limit: int | None = None) -> list[dict]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from itertools import islice
+from itertools import islice, takewhile
 from operator import itemgetter
 
 import msgpack
@@ -310,12 +310,18 @@ class TimerTable:
             self.remove(timer)
         return ordered
 
-    def list(self, queue: str, after: str | None, limit: int) -> dict:
+    def list(self, queue: str, after: str | None, limit: int, prefix: str | None = None) -> dict:
+        """A keyset page by timerKey; with `prefix`, only the keys that start with it (a contiguous
+        run of the sorted keys, so the page still costs O(log n + limit))."""
         keys = self.keys.get(queue)
         if keys is None:
             return {"rows": [], "truncated": False, "nextAfter": None}
         start = 0 if after is None else keys.bisect_right(after)
+        if prefix:
+            start = max(start, keys.bisect_left(prefix))
         page = list(keys.islice(start, start + limit + 1))
+        if prefix:
+            page = list(takewhile(lambda key: key.startswith(prefix), page))
         truncated = len(page) > limit
         page = page[:limit]
         timers = self.by_queue[queue]

@@ -181,7 +181,8 @@ def test_health_and_metrics_on_every_node(node_cluster):
     assert status == 200
     for family in ("queen_timers_fire_lag_seconds_bucket", "queen_timers_pending", "queen_timers_fired_total",
                    "queen_billed_messages_total", "queen_messages_pushed_total", "queen_raft_term",
-                   "queen_raft_commit_index", "queen_raft_commit_seconds_bucket", "queen_http_request_seconds_bucket"):
+                   "queen_raft_commit_index", "queen_raft_commit_seconds_bucket", "queen_http_request_seconds_bucket",
+                   "queen_raft_journal_flush_seconds_bucket", "queen_dlq_messages", "queen_timers_quota"):
         assert family in text, family
     assert 'queen_raft_is_leader{tenant="acme"} 1.0' in text
 
