@@ -51,6 +51,7 @@ import zstandard
 from sortedcontainers import SortedList
 
 from .broker import Broker
+from .fired_memory import FiredMemory
 from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 from .partition import Partition
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
@@ -429,8 +430,12 @@ class FireTally:
 
 
 def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePolicy,
-         now: int) -> FireTally:
+         now: int, memory: FiredMemory | None = None) -> FireTally:
     """Push each timer's message through the push path; failures go back into the table.
+
+    With `memory`, each fire that put its txn in a partition (appended, or a duplicate of a
+    message in the window) and each timer filed in the DLQ is remembered for the queue's dedup
+    window (fired_memory.py); the memory is trimmed once, after the whole fire.
 
     The steps of Broker.push_message, inlined for the hot path: dedup first, then the limits, and
     the partition created only when a message is appended to it. A partition's `prune` runs once
@@ -463,6 +468,9 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             if entry is not None and entry[2] > now:  # Partition.find_duplicate
                 duplicate += 1
                 lags.append(now - deliver_at)
+                if memory is not None and queue.dedup_window_ms > 0:
+                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
+                                     txn, entry[0], entry[1]))
                 continue
         error = None
         transient = False
@@ -487,6 +495,9 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                 expires_at = now + window_ms
                 partition.dedup[txn] = (offset, message_id, expires_at)
                 partition.dedup_expiry.append((expires_at, txn))
+                if memory is not None:
+                    memory.remember((now, expires_at, name, key, partition_name, txn, offset,
+                                     message_id))
             appended += 1
             lags.append(now - deliver_at)
             continue
@@ -496,9 +507,13 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         else:
             attempts += 1
             if attempts >= policy.max_attempts:
-                broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, txn,
-                                message_id, timer[T_PAYLOAD], created_at, producer_sub, None,
-                                encrypted, error, attempts, now, key, payload_zstd)
+                dlq_id = broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET,
+                                         txn, message_id, timer[T_PAYLOAD], created_at,
+                                         producer_sub, None, encrypted, error, attempts, now,
+                                         key, payload_zstd)
+                if memory is not None and queue.dedup_window_ms > 0:
+                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
+                                     txn, dlq_id, message_id))
                 tally.dlq += 1
                 continue
             doublings = min(attempts - 1, MAX_BACKOFF_DOUBLINGS)
@@ -507,6 +522,8 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         table.insert((due_at, name, key, partition_name, txn, message_id, timer[T_PAYLOAD],
                       payload_zstd, encrypted, producer_sub, (attempts, error, deliver_at),
                       created_at, now))
+    if memory is not None:
+        memory.trim(now)
     # Broker.append's count, once for the whole fire.
     broker.pushed += appended
     tally.appended = appended
