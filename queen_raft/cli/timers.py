@@ -53,11 +53,14 @@ def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
     schedule.add_argument("--partition")
     schedule.add_argument("--txn", help="the fired message's transactionId (minted when absent)")
     schedule.add_argument("--zstd", action="store_true", help="compress the payload (payloadZstd)")
-    cancel = client_command(timer_sub, "cancel", timer_cancel, common, "cancel a timer (DELETE: never refused by pause, rate or quota)")
+    cancel = client_command(timer_sub, "cancel", timer_cancel, common,
+                            "cancel a timer (DELETE: never refused by pause, rate or quota); after its fire, "
+                            "prints status fired with the message's partition, offset and messageId")
     cancel.add_argument("queue")
     cancel.add_argument("key")
     cancel.add_argument("--txn", help="echoed in the answer: the transactionId to look for when it is absent")
-    peek = client_command(timer_sub, "peek", timer_peek, common, "one pending timer, payload included")
+    peek = client_command(timer_sub, "peek", timer_peek, common,
+                          "one pending timer, payload included; after its fire, where its message went")
     peek.add_argument("queue")
     peek.add_argument("key")
     listing = client_command(timer_sub, "list", timer_list, common, "a queue's pending timers, by key")

@@ -112,11 +112,14 @@ class TimerBuilder(TimerSetters):
         return TimerResult.from_wire(answer.body["results"][0])
 
     async def cancel(self) -> TimerResult:
-        """The DELETE route, which no pause, rate or quota refuses. `absent` (ok false) may mean it
-        already fired: the echoed txn is the transactionId to look for in the queue.
+        """The DELETE route, which no pause, rate or quota refuses. `fired` (ok false): it fired,
+        and `partition`/`offset` name its message (`dead_lettered`: filed in the DLQ as `dlq_id`).
+        `absent` (ok false): never seen, or its fire is forgotten (past the queue's dedup window);
+        the echoed txn is the transactionId to look for in the queue.
 
         `absent` answered to a retry whose earlier attempt may have been applied is OutcomeUnknown:
-        that attempt may have been the one that cancelled it."""
+        that attempt may have been the one that cancelled it. `fired` is never: a cancel that
+        removes the timer also forgets any earlier fire of the key, so the fire came first."""
         params = {"txn": self.spec.txn} if self.spec.txn is not None else None
         answer = await self._transport.request("DELETE", self._path(), params=params)
         result = TimerResult.from_wire(answer.body)
