@@ -56,22 +56,27 @@ def normalize_schedule(outcome: Outcome) -> tuple[str, dict]:
                                                       ("ok", "status", "txn", "messageId", "deliverAt")}}
 
 
+# A cancel's answers, and what the history keeps of them: `fired` names where the message went.
+CANCEL_STATUSES = ("cancelled", "absent", "fired", "dead_lettered")
+CANCEL_FIELDS = ("ok", "status", "txn", "partition", "offset", "messageId", "dlqId")
+PEEK_FIELDS = ("found", "status", "txn", "deliverAt", "messageId", "attempts", "partition", "offset", "dlqId")
+
+
 def normalize_cancel(outcome: Outcome) -> tuple[str, dict]:
     if outcome.type != OK:
         return outcome.type, outcome.answer
     body = outcome.body if isinstance(outcome.body, dict) else {}
     result = body if "status" in body else _first_result(outcome)
-    if result.get("status") not in ("cancelled", "absent"):
+    if result.get("status") not in CANCEL_STATUSES:
         return FAIL, {"status": outcome.status, "result": result}
-    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in ("ok", "status", "txn")}}
+    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in CANCEL_FIELDS}}
 
 
 def normalize_peek(outcome: Outcome) -> tuple[str, dict]:
     if outcome.type != OK:
         return outcome.type, outcome.answer
     body = outcome.body if isinstance(outcome.body, dict) else {}
-    return OK, {"status": outcome.status, "result": {k: body.get(k) for k in
-                                                      ("found", "txn", "deliverAt", "messageId", "attempts")}}
+    return OK, {"status": outcome.status, "result": {k: body.get(k) for k in PEEK_FIELDS}}
 
 
 class TimersWorkload:
