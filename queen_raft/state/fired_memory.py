@@ -77,12 +77,15 @@ class FiredMemory:
 
     def remember(self, record: tuple) -> None:
         """Adds a record; call `trim` after the fire that made it (the bound holds between entries)."""
-        queue = record[F_QUEUE]
+        self.answers_for(record[F_QUEUE])[record[F_KEY]] = record
+        self.order.append(record)
+
+    def answers_for(self, queue: str) -> dict[str, tuple]:
+        """The queue's key map, made when missing: call it only to add a record to it."""
         answers = self.by_queue.get(queue)
         if answers is None:
             answers = self.by_queue[queue] = {}
-        answers[record[F_KEY]] = record
-        self.order.append(record)
+        return answers
 
     def find(self, queue: str, key: str, clock: int) -> tuple | None:
         """The key's live record at `clock`, or None."""

@@ -450,6 +450,10 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     appended = duplicate = 0
     queue_name = queue = partitions = None
     pruned: set[Partition] = set()
+    # The fired memory's order, bound once, and the current queue's key map in it, bound at the
+    # queue's first remembered fire (the hot path of FiredMemory.remember, inlined below).
+    keep_in_order = None if memory is None else memory.order.append
+    fired_answers = None
     for timer in timers:
         (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
          encrypted, producer_sub, retry, created_at, _) = timer
@@ -457,6 +461,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             deliver_at = retry[R_DELIVER_AT]
         if name is not queue_name:
             queue_name = name
+            fired_answers = None
             queue = queues.get(name) or broker.queue(name)
             partitions = queue.partitions
         partition = partitions.get(partition_name)
@@ -495,9 +500,12 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                 expires_at = now + window_ms
                 partition.dedup[txn] = (offset, message_id, expires_at)
                 partition.dedup_expiry.append((expires_at, txn))
-                if memory is not None:
-                    memory.remember((now, expires_at, name, key, partition_name, txn, offset,
-                                     message_id))
+                if keep_in_order is not None:
+                    if fired_answers is None:
+                        fired_answers = memory.answers_for(name)
+                    fired_answers[key] = record = (now, expires_at, name, key, partition_name,
+                                                   txn, offset, message_id)
+                    keep_in_order(record)
             appended += 1
             lags.append(now - deliver_at)
             continue
