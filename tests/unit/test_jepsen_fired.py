@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from jepsen.history import OK
+from jepsen.workloads import make_workload
 from jepsen.workloads.timers import normalize_cancel, normalize_peek
 from jepsen.client import Outcome
 from test_jepsen_checkers import BASE, Script, failing, record
@@ -81,3 +82,10 @@ def test_the_workload_keeps_the_fired_fields():
         OK, "fired", 4, "m")
     kind, kept = normalize_peek(Outcome(OK, 200, {"found": False, **answer}))
     assert (kind, kept["result"]["status"], kept["result"]["txn"], kept["result"]["offset"]) == (OK, "fired", "k-1", 4)
+
+
+def test_the_remembered_variant_runs_on_its_own_queue_with_a_dedup_window():
+    plain, remembered = make_workload("timers"), make_workload("timers-remembered")
+    assert (plain.queues, plain.dedup_window_s) == (["jt"], 0)
+    assert (remembered.name, remembered.queues, remembered.dedup_window_s) == ("timers-remembered", ["jtr"], 3600)
+    assert [spec.queue for spec in remembered.consumers()] == ["jtr"]
