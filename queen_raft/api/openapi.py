@@ -319,6 +319,7 @@ def _paths() -> dict:
         "/api/v1/timers/{queue}": {"get": operation(
             "List a queue's pending timers by timerKey (keyset)", ref("TimerList"),
             params=[queue, query_param("after", STR, "exclusive cursor"),
+                    query_param("prefix", STR, "only the keys that start with it (empty: all); pages with after"),
                     query_param("limit", {"type": "integer"}, f"clamped to 1..{timers.LIST_MAX_LIMIT}")])},
         "/api/v1/timers/{queue}/{timerKey}": {
             "get": operation("Peek one timer (payload as stored, never decrypted); with none pending, where its "

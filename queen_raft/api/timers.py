@@ -288,8 +288,10 @@ async def list_timers(request: web.Request) -> web.Response:
     principal = require(serving.config, request, Access.READ)
     queue = request.match_info["queue"]
     after = request.query.get("after") or None
+    prefix = request.query.get("prefix") or None  # only the keys that start with it; "" is all
     limit = min(LIST_MAX_LIMIT, max(1, query_int(request, "limit", LIST_DEFAULT_LIMIT, BAD_REQUEST)))
-    page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit), UNAVAILABLE)
+    page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit, prefix),
+                      UNAVAILABLE)
     return json_response(list_answer(page))
 
 

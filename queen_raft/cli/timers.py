@@ -36,10 +36,10 @@ async def timer_peek(q: Queen, args: argparse.Namespace) -> Any:
 async def timer_list(q: Queen, args: argparse.Namespace) -> Any:
     timers = q.timer(args.queue)
     if args.all:
-        rows = [wire(row) async for row in timers.rows(page_size=args.limit, after=args.after)]
+        rows = [wire(row) async for row in timers.rows(page_size=args.limit, after=args.after, prefix=args.prefix)]
         return {"rows": [{k: v for k, v in row.items() if k != "found"} for row in rows], "truncated": False,
                 "nextAfter": None}
-    return wire(await timers.list(limit=args.limit, after=args.after))
+    return wire(await timers.list(limit=args.limit, after=args.after, prefix=args.prefix))
 
 
 def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -67,4 +67,5 @@ def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
     listing.add_argument("queue")
     listing.add_argument("--limit", type=int)
     listing.add_argument("--after", help="exclusive cursor: the nextAfter of the previous page")
+    listing.add_argument("--prefix", help="only the timers whose key starts with this")
     listing.add_argument("--all", action="store_true", help="follow nextAfter through every page")

@@ -133,16 +133,21 @@ class TimerBuilder(TimerSetters):
         answer = await self._transport.request("GET", self._path())
         return TimerPeek.from_wire(answer.body)
 
-    async def list(self, limit: int | None = None, after: str | None = None) -> TimerPage:
-        """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000)."""
+    async def list(self, limit: int | None = None, after: str | None = None,
+                   prefix: str | None = None) -> TimerPage:
+        """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000);
+        with `prefix`, only those whose timerKey starts with it."""
         answer = await self._transport.request(
-            "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}", params={"limit": limit, "after": after})
+            "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}",
+            params={"limit": limit, "after": after, "prefix": prefix})
         return TimerPage.from_wire(answer.body)
 
-    async def rows(self, page_size: int | None = None, after: str | None = None) -> AsyncIterator[TimerPeek]:
-        """Every pending timer of the queue, page after page (each page its own linearizable read)."""
+    async def rows(self, page_size: int | None = None, after: str | None = None,
+                   prefix: str | None = None) -> AsyncIterator[TimerPeek]:
+        """Every pending timer of the queue (with `prefix`: whose timerKey starts with it), page
+        after page (each page its own linearizable read)."""
         while True:
-            page = await self.list(limit=page_size, after=after)
+            page = await self.list(limit=page_size, after=after, prefix=prefix)
             for row in page.rows:
                 yield row
             if not page.truncated or page.next_after is None:

@@ -384,8 +384,9 @@ class TenantState:
         record = self.fired_memory.find(queue, timer_key, self.clock)
         return None if record is None else record_answer(record)
 
-    def list_timers(self, queue: str, after: str | None = None, limit: int | None = None) -> dict:
-        return self.timers.list(queue, after, clamp_limit(limit))
+    def list_timers(self, queue: str, after: str | None = None, limit: int | None = None,
+                    prefix: str | None = None) -> dict:
+        return self.timers.list(queue, after, clamp_limit(limit), prefix)
 
     def fetch(self, queue: str, partition: str = DEFAULT_PARTITION, offset: int = 0,
               limit: int | None = None) -> list[dict]:

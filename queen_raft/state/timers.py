@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from itertools import islice
-from operator import itemgetter
+from itertools import islice, takewhile
+from operator import itemgetter, methodcaller
 
 import msgpack
 import zstandard
@@ -311,12 +311,19 @@ class TimerTable:
             self.remove(timer)
         return ordered
 
-    def list(self, queue: str, after: str | None, limit: int) -> dict:
+    def list(self, queue: str, after: str | None, limit: int, prefix: str | None = None) -> dict:
+        """One keyset page of the queue's keys after `after`; with `prefix`, of the keys that start
+        with it. Those are one run of the sorted keys, from bisect_left(prefix) to the first key
+        that does not start with it, so a page reads at most limit + 1 keys of it."""
         keys = self.keys.get(queue)
         if keys is None:
             return {"rows": [], "truncated": False, "nextAfter": None}
         start = 0 if after is None else keys.bisect_right(after)
-        page = list(keys.islice(start, start + limit + 1))
+        if prefix:
+            start = max(start, keys.bisect_left(prefix))
+            page = list(takewhile(methodcaller("startswith", prefix), keys.islice(start, start + limit + 1)))
+        else:
+            page = list(keys.islice(start, start + limit + 1))
         truncated = len(page) > limit
         page = page[:limit]
         timers = self.by_queue[queue]

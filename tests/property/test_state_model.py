@@ -39,6 +39,8 @@ MAX_PAYLOAD = 20
 # Pages small enough that paging itself is exercised.
 FETCH_PAGE = 3
 LIST_PAGE = 2
+# Prefixes of the listing: several keys, one key, a key's own text, none of them.
+LIST_PREFIXES = ["k", "tenant/", "Z", "é", "k3", "x"]
 
 # The proposer's clock: stays, creeps, jumps past leases and dedup windows, or runs backwards
 # (another node, behind by seconds, proposes).
@@ -509,6 +511,18 @@ class StateAgainstModel(RuleBasedStateMachine):
                 assert after == rows[-1]["timerKey"]
             assert listed == self.model.timer_keys(queue)
             assert listed == sorted(listed, key=utf8_order)
+            for prefix in LIST_PREFIXES:
+                assert self.listed_with_prefix(queue, prefix) == [
+                    key for key in self.model.timer_keys(queue) if key.startswith(prefix)], prefix
+
+    def listed_with_prefix(self, queue, prefix):
+        listed, after = [], None
+        while True:
+            page = self.state.list_timers(queue, after, LIST_PAGE, prefix)
+            listed.extend(row["timerKey"] for row in page["rows"])
+            if not page["truncated"]:
+                return listed
+            after = page["nextAfter"]
 
     @invariant()
     def deliverable_agrees_with_pop(self):

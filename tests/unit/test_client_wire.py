@@ -257,3 +257,14 @@ async def test_consume_refuses_a_zero_wait_before_polling(node, queen):
         async for _ in queen.consume("q", wait=0):
             break
     assert node.seen == []
+
+
+async def test_list_and_rows_send_the_prefix(node, queen):
+    node.replies = [(200, {"rows": [{"queue": "q", "timerKey": "order/1", "deliverAt": 5}], "truncated": True,
+                           "nextAfter": "order/1"}, {}),
+                    (200, {"rows": [], "truncated": False, "nextAfter": None}, {})]
+    rows = [row.timer_key async for row in queen.timer("q").rows(page_size=1, prefix="order/")]
+    first, second = node.seen
+    assert rows == ["order/1"]
+    assert first.query == {"limit": "1", "prefix": "order/"}
+    assert second.query == {"limit": "1", "after": "order/1", "prefix": "order/"}
