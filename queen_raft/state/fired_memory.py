@@ -9,19 +9,19 @@ it in the `__timer__` DLQ is remembered as dead-lettered, with its `dlqId` in pl
 
 Bounds (both deterministic, so every replica forgets the same fires at the same entry):
 
-- Time: a fire is remembered for the destination queue's `dedupWindowSeconds` from the fire, as
-  long as the dedup window would answer a push of its txn with that same message. It expires at
-  `firedAt + window` on the group clock (the entry's `now`), and is dead from that instant on, as
-  a dedup entry is. A queue with a window of 0 remembers no fires: cancels answer `absent`.
+- Time: a fire is remembered for the destination queue's `dedupWindowSeconds` from the fire (for
+  an appended message, exactly as long as its dedup entry lives). It expires at `firedAt + window`
+  on the group clock (the entry's `now`), and is dead from that instant on, as a dedup entry is.
+  A queue with a window of 0 remembers no fires: cancels answer `absent`.
 - Count: at most MAX_REMEMBERED_FIRES fire records per tenant (limits.py); the oldest go first.
   A record superseded by a later fire of the same key, or forgotten by a cancel of the key's later
   timer, keeps its place in the order (and in the count) until it reaches the front: removing it
   from the middle would cost O(n). So at most that many keys answer `fired`, often fewer.
 
 The records live in fire order in a deque (the eviction order) and by key in a map per queue (the
-answers). A record whose fire came before its expiry but whose queue's window was since made longer
-still expires at the instant fixed at its fire, as dedup entries do. Reads check the expiry against
-the group clock, so a record that expired but is not yet at the front of the order answers nothing.
+answers). A record's expiry is fixed at its fire: configuring the queue's window later does not
+move it, as it does not move a dedup entry's. Reads check the expiry against the group clock, so a
+record that expired but is not yet at the front of the order answers nothing.
 
 A cancel that removes a pending timer forgets the key's earlier fire: the key's latest event is
 then the cancel, and a second cancel answers `absent`. A reschedule keeps it, but a pending timer
