@@ -20,6 +20,10 @@ cores, other processes), and CPU time is the figure that does not depend on the 
   commands dropped, divided by N; "beyond payload" subtracts each payload's bytes object
   (`sys.getsizeof(payload)`, header included). It counts everything else the state keeps per
   timer, including the key, txn and messageId strings the client sent.
+- memory per remembered fire: N timers fired (N capped at MAX_REMEMBERED_FIRES), traced from
+  before the fire, then the bytes freed by dropping the state's fired memory (fired_memory.py),
+  divided by N. That is beyond the key: the timerKey str, made at the schedule before tracing
+  began, is not counted (nor the txn and messageId strings the log keeps).
 - snapshot / restore: `snapshot()` and `TenantState.restore()` of the N-timer state.
 - fires/s: one `tick` drains all N timers due at once with a large fireBatch, and again with the
   default policy (256 per entry), each on a state restored from the snapshot.
@@ -41,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgpack  # noqa: E402
 
 from queen_raft.state import TenantState  # noqa: E402
+from queen_raft.state import limits  # noqa: E402
+from queen_raft.state.fired_memory import FiredMemory  # noqa: E402
 
 BATCH = 256
 PAYLOAD = b'{"order":12345,"action":"expire","note":"a sixty-four byte body."}'[:64]
@@ -179,6 +185,26 @@ def measure_memory(count: int) -> tuple[float, float]:
     return used / count, (used - payload_bytes) / count
 
 
+def measure_fired_memory(count: int) -> tuple[int, float]:
+    """(fires remembered, bytes per remembered fire beyond its timerKey str)."""
+    count = min(count, limits.MAX_REMEMBERED_FIRES)
+    state = TenantState()
+    fill(state, count)
+    gc.collect()
+    # Traced from before the fire: tracemalloc only sees a block freed if it saw it allocated.
+    tracemalloc.start()
+    drain(state, LARGE_FIRE_BATCH, LARGE_FIRE_BYTES)
+    remembered = len(state.fired_memory)
+    assert remembered == count, remembered
+    gc.collect()
+    with_memory = tracemalloc.get_traced_memory()[0]
+    state.fired_memory = FiredMemory()
+    gc.collect()
+    freed = with_memory - tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return count, freed / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timers", type=int, default=1_000_000, help="pending timers (N)")
@@ -221,6 +247,9 @@ def main() -> None:
         total, beyond = measure_memory(count)
         rows.append(("memory per pending timer, total (B)", f"{total:,.0f}", ""))
         rows.append(("memory per pending timer beyond payload (B)", f"{beyond:,.0f}", "<= 500"))
+        fires, per_fire = measure_fired_memory(count)
+        rows.append((f"memory per remembered fire beyond its timerKey (B), {fires:,} fires",
+                     f"{per_fire:,.0f}", "<= 64"))
         state = TenantState()
         fill(state, count)
 

@@ -228,6 +228,7 @@ CAMPAIGN_PRELOAD = 1_000_000
 CAMPAIGN = (
     [("timers", nemesis, seed, 0) for nemesis in ("kill", "pause", "partition", "clock") for seed in (1, 2)]
     + [("timers", nemesis, seed, CAMPAIGN_PRELOAD) for nemesis in ("mixed",) + SNAPSHOT_FAULTS for seed in (1, 2)]
+    + [("timers-remembered", nemesis, 1, 0) for nemesis in ("kill", "partition")]
     + [("queue", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]
     + [("dedup", nemesis, 1, 0) for nemesis in ("kill", "mixed")]
     + [("txn", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]

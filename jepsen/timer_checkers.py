@@ -15,6 +15,10 @@ FAULT_RECOVERY_GRACE_MS = 2000
 CLOCK_SKEW_FAULT = "clock-skew"
 CLOCK_JUMP_FAULT = "clock-jump"
 CLOCK_FAULTS = (CLOCK_SKEW_FAULT, CLOCK_JUMP_FAULT)
+# A cancel's answers that say the key had no pending timer.
+NOT_PENDING_CANCEL_STATUSES = ("absent", "fired", "dead_lettered")
+# The state of one key in the per-key model after a fire of txn T: not pending, its fire remembered.
+FIRED = "fired"
 
 
 class _TimerFacts:
@@ -100,6 +104,29 @@ def _check_cancel(facts: _TimerFacts) -> dict:
     return _property(not problems, problems, acknowledged_removals=len(removed))
 
 
+def _check_fired_answers(facts: _TimerFacts, log_complete: bool) -> dict:
+    """Every `fired` answer (a cancel's or a peek's) is true: the log holds that txn at that offset
+    with that messageId, and the txn was scheduled on that key before the answer came back. That the
+    fire came before the cancel in the key's order is the per-key linearizability's part (a `fired`
+    answer linearizes only after the fire of that txn)."""
+    problems = []
+    answers = 0
+    for op in facts.operations:
+        result = _result(op)
+        if op.type != OK or op.f not in ("cancel", "peek") or result.get("status") != "fired":
+            continue
+        answers += 1
+        txn, where = result.get("txn"), (result.get("offset"), result.get("messageId"))
+        held = [(r.get("offset"), r.get("messageId")) for r in facts.log_by_txn.get(txn, [])]
+        schedule = facts.schedules.get(txn)
+        if schedule is None or schedule.value["key"] != op.value["key"] or _entirely_before(op, schedule):
+            problems.append({"answer": op.summary(), "problem": "no schedule of that txn on that key before it"})
+        elif where not in held and (log_complete or held):
+            problems.append({"answer": op.summary(), "problem": "the log does not hold that txn there",
+                             "log": facts.log_by_txn.get(txn, [])})
+    return _property(not problems, problems, fired_answers=answers)
+
+
 def _possibly_removes(other: Operation, target_txn: str) -> bool:
     if not other.possibly_applied:
         return False
@@ -124,7 +151,7 @@ def _shows_not_pending(facts: _TimerFacts, witness: Operation, txn: str) -> bool
         replaced = facts.replaced_txn(witness) if status == "rescheduled" else None
         return replaced is not None and replaced != txn
     if witness.f == "cancel":
-        return status == "absent" or (status == "cancelled" and result.get("txn") not in (None, txn))
+        return status in NOT_PENDING_CANCEL_STATUSES or (status == "cancelled" and result.get("txn") not in (None, txn))
     if witness.f == "peek":
         return not result.get("found") or result.get("txn") != txn
     return False
@@ -277,26 +304,39 @@ def _lateness(facts: _TimerFacts, windows: list[FaultWindow]) -> dict:
 
 
 def timer_step(state, op: KeyOperation):
-    """The model of one timer key: the txn pending on it, or None."""
+    """The model of one timer key: the txn pending on it, or (FIRED, txn) when none is pending and
+    the state remembers txn's fire, or None (nothing pending, no fire remembered)."""
     kind, outcome, txn = op.kind, op.args.get("outcome"), op.args.get("txn")
+    pending = state is not None and not isinstance(state, tuple)
     if kind == "schedule":
-        if outcome == "scheduled" and state is not None:
+        if outcome == "scheduled" and pending:
             return INVALID
-        if outcome == "rescheduled" and state is None:
+        if outcome == "rescheduled" and not pending:
             return INVALID
         return txn
     if kind == "cancel":
         if outcome == "cancelled":
-            if state is None or (txn is not None and state != txn):
+            if not pending or (txn is not None and state != txn):
                 return INVALID
-            return None
-        if outcome == "absent":
-            return None if state is None else INVALID
+            return None  # a cancel that removes a timer forgets the key's earlier fire
+        if outcome == "fired":  # the fire of txn came first, and nothing pending since
+            return state if state == (FIRED, txn) else INVALID
+        if outcome == "absent":  # nothing pending; any remembered fire is forgotten for good
+            return INVALID if pending else None
+        if outcome == "dead_lettered":  # no fire in the log to order it by: only not pending
+            return INVALID if pending else None
         return None  # info: removed whatever was there, if it happened at all
     if kind == "peek":
-        return state if state == txn else INVALID  # txn None: not found
+        status = op.args.get("status")
+        if status == "fired":
+            return state if state == (FIRED, txn) else INVALID
+        if txn is not None:  # found pending
+            return state if state == txn else INVALID
+        if pending:
+            return INVALID
+        return None if status == "absent" else state
     if kind == "fire":
-        return None if state == txn else INVALID
+        return (FIRED, txn) if state == txn else INVALID
     raise ValueError(f"unknown timer operation {kind!r}")
 
 
@@ -313,7 +353,8 @@ def timer_key_operations(facts: _TimerFacts, key: str) -> list[KeyOperation]:
             args = {"txn": result.get("txn") if op.type == OK else None,
                     "outcome": result.get("status") if op.type == OK else None}
         else:
-            args = {"txn": result.get("txn") if result.get("found") else None}
+            named = result.get("found") or result.get("status") == "fired"
+            args = {"txn": result.get("txn") if named else None, "status": result.get("status")}
         ops.append(KeyOperation(len(ops), op.invoke_time, ret, op.f, args, op.summary()))
     # Each txn of this key that is in the log fired once, between its schedule's call and the
     # first time a consumer held it (or the end of the history).
@@ -361,6 +402,7 @@ def check_timers(operations: list[Operation], log: list[dict], windows: list[Fau
         "floor_not_before_deliverAt": _check_floor(facts, windows),
         "lateness": _lateness(facts, windows),
         "linearizable_per_key": _check_linearizable(facts),
+        "fired_answers_name_the_log": _check_fired_answers(facts, log_complete),
     }
     results.update(check_log_offsets(log, queue))
     return results

@@ -67,14 +67,14 @@ def log_complete(final: FinalReads) -> bool:
 def make_workload(name: str) -> Workload:
     from jepsen.workloads.dedup import DedupWorkload
     from jepsen.workloads.queue import QueueWorkload
-    from jepsen.workloads.timers import TimersWorkload
+    from jepsen.workloads.timers import RememberedTimersWorkload, TimersWorkload
     from jepsen.workloads.transactions import TransactionsWorkload
 
-    workloads = {"timers": TimersWorkload, "queue": QueueWorkload, "dedup": DedupWorkload,
-                 "txn": TransactionsWorkload}
+    workloads = {"timers": TimersWorkload, "timers-remembered": RememberedTimersWorkload,
+                 "queue": QueueWorkload, "dedup": DedupWorkload, "txn": TransactionsWorkload}
     if name not in workloads:
         raise ValueError(f"unknown workload {name!r}; one of {', '.join(workloads)}")
     return workloads[name]()
 
 
-WORKLOAD_NAMES = ("timers", "queue", "dedup", "txn")
+WORKLOAD_NAMES = ("timers", "timers-remembered", "queue", "dedup", "txn")

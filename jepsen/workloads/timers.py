@@ -56,27 +56,39 @@ def normalize_schedule(outcome: Outcome) -> tuple[str, dict]:
                                                       ("ok", "status", "txn", "messageId", "deliverAt")}}
 
 
+# A cancel's answers, and what the history keeps of them: `fired` names where the message went.
+CANCEL_STATUSES = ("cancelled", "absent", "fired", "dead_lettered")
+CANCEL_FIELDS = ("ok", "status", "txn", "partition", "offset", "messageId", "dlqId")
+PEEK_FIELDS = ("found", "status", "txn", "deliverAt", "messageId", "attempts", "partition", "offset", "dlqId")
+
+
 def normalize_cancel(outcome: Outcome) -> tuple[str, dict]:
     if outcome.type != OK:
         return outcome.type, outcome.answer
     body = outcome.body if isinstance(outcome.body, dict) else {}
     result = body if "status" in body else _first_result(outcome)
-    if result.get("status") not in ("cancelled", "absent"):
+    if result.get("status") not in CANCEL_STATUSES:
         return FAIL, {"status": outcome.status, "result": result}
-    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in ("ok", "status", "txn")}}
+    return OK, {"status": outcome.status, "result": {k: result.get(k) for k in CANCEL_FIELDS}}
 
 
 def normalize_peek(outcome: Outcome) -> tuple[str, dict]:
     if outcome.type != OK:
         return outcome.type, outcome.answer
     body = outcome.body if isinstance(outcome.body, dict) else {}
-    return OK, {"status": outcome.status, "result": {k: body.get(k) for k in
-                                                      ("found", "txn", "deliverAt", "messageId", "attempts")}}
+    return OK, {"status": outcome.status, "result": {k: body.get(k) for k in PEEK_FIELDS}}
 
 
 class TimersWorkload:
     name = "timers"
-    queues = [QUEUE]
+    queue = QUEUE
+    # No dedup window on the destination: a timer that fired twice would otherwise append once
+    # (the second fire is a dedup "duplicate") and the at-most-once check could not see it.
+    dedup_window_s = 0
+
+    @property
+    def queues(self) -> list[str]:
+        return [self.queue]
 
     def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]:
         versions = [0] * KEY_COUNT
@@ -104,14 +116,12 @@ class TimersWorkload:
                 ops.append(PlannedOp(at, kind, {"key": key}))
 
     def consumers(self) -> list[ConsumerSpec]:
-        return [ConsumerSpec(QUEUE, CONSUMER_GROUP, CONSUMERS)]
+        return [ConsumerSpec(self.queue, CONSUMER_GROUP, CONSUMERS)]
 
     async def setup(self, client: HistoryClient, process: Any) -> list[str]:
-        # No dedup window on the destination: a timer that fired twice would otherwise append once
-        # (the second fire is a dedup "duplicate") and the at-most-once check could not see it.
-        options = {"leaseTime": CONSUMER_LEASE_TIME_S, "dedupWindowSeconds": 0}
-        ok = await configure_queue(client, process, QUEUE, options)
-        return [] if ok else [f"could not configure {QUEUE} {options}: a lost ack blocks the consumer group "
+        options = {"leaseTime": CONSUMER_LEASE_TIME_S, "dedupWindowSeconds": self.dedup_window_s}
+        ok = await configure_queue(client, process, self.queue, options)
+        return [] if ok else [f"could not configure {self.queue} {options}: a lost ack blocks the consumer group "
                               "until the default lease expires, and the dedup window can hide a double fire"]
 
     async def perform(self, client: HistoryClient, process: int, node: str, op: PlannedOp) -> str:
@@ -119,16 +129,16 @@ class TimersWorkload:
         key = value["key"]
         if op.f == "schedule":
             payload = base64.b64encode(json.dumps({"txn": value["txn"]}).encode()).decode()
-            body = {"operations": [{"op": value["op"], "queue": QUEUE, "timerKey": key,
+            body = {"operations": [{"op": value["op"], "queue": self.queue, "timerKey": key,
                                     "delayMs": value["delayMs"], "txn": value["txn"], "payload": payload}]}
             type_, _ = await client.call(process, node, "schedule", value, "POST", "/api/v1/timers", body,
                                          normalize_schedule)
         elif op.f == "cancel":
             type_, _ = await client.call(process, node, "cancel", value, "DELETE",
-                                         f"/api/v1/timers/{QUEUE}/{key}", None, normalize_cancel)
+                                         f"/api/v1/timers/{self.queue}/{key}", None, normalize_cancel)
         else:
             type_, _ = await client.call(process, node, "peek", value, "GET",
-                                         f"/api/v1/timers/{QUEUE}/{key}", None, normalize_peek)
+                                         f"/api/v1/timers/{self.queue}/{key}", None, normalize_peek)
         return type_
 
     def retry_on_info(self, op: PlannedOp) -> bool:
@@ -160,18 +170,30 @@ class TimersWorkload:
             for attempt in range(FINAL_PEEK_ATTEMPTS):
                 target = client.node_ids[(attempt + k) % len(client.node_ids)]
                 type_, _ = await client.call(process, target, "peek", {"key": key, "final": True}, "GET",
-                                             f"/api/v1/timers/{QUEUE}/{key}", None, normalize_peek)
+                                             f"/api/v1/timers/{self.queue}/{key}", None, normalize_peek)
                 if type_ == OK:
                     break
                 await asyncio.sleep(FINAL_PEEK_RETRY_S)
             else:
                 final.notes.append(f"final peek of {key} never answered")
-        await read_back(client, QUEUE, final)
+        await read_back(client, self.queue, final)
         return final
 
     def check(self, operations: list[Operation], windows: list[FaultWindow], final: FinalReads) -> dict:
-        results = check_timers(operations, final.logs.get(QUEUE, []), windows, QUEUE,
+        results = check_timers(operations, final.logs.get(self.queue, []), windows, self.queue,
                                log_complete=_log_complete(final))
-        results.update(check_queue_consumption(operations, final.logs.get(QUEUE, []), QUEUE))
-        results["replicas_agree"] = check_replicas_agree(final.replica_logs.get(QUEUE, {}), QUEUE)
+        results.update(check_queue_consumption(operations, final.logs.get(self.queue, []), self.queue))
+        results["replicas_agree"] = check_replicas_agree(final.replica_logs.get(self.queue, {}), self.queue)
         return results if _log_complete(final) else judged_on_partial_log(results)
+
+
+class RememberedTimersWorkload(TimersWorkload):
+    """The timers workload on a queue with the default dedup window, so the state remembers each
+    fire and cancels and peeks after it answer `fired` (judged by fired_answers_name_the_log and the
+    per-key linearizability). The window would hide a second fire of a txn as a dedup duplicate, so
+    at_most_once is the plain workload's to judge, not this one's."""
+
+    name = "timers-remembered"
+    queue = "jtr"
+    dedup_window_s = 3600
+

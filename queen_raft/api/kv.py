@@ -112,7 +112,7 @@ def parse_kv_op(raw: Any, where: str, index: int | None = None, extra_fields: fr
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object", index)
     kind = raw.get("op")
-    if not isinstance(kind, str) or kind not in OP_FIELDS:
+    if type(kind) is not str or kind not in OP_FIELDS:  # an unhashable op (an object, a list) too
         raise bad_request(f"{where}: op must be one of {', '.join(KV_OPS)}", index)
     unknown = sorted(raw.keys() - OP_FIELDS[kind] - extra_fields)
     if unknown:

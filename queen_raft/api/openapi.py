@@ -67,6 +67,14 @@ TIMER_FIELDS = {
     "encrypted": BOOL, "producerSub": NULL_STR, "attempts": NON_NEG, "lastError": NULL_STR,
     "claimed": {"const": False}, "createdAt": INT, "updatedAt": INT,
 }
+# Where a fired timer's message went, while the state remembers the fire (the destination queue's
+# dedupWindowSeconds): a cancel's and a peek's answer for a key with no pending timer.
+FIRED_FIELDS = {
+    "partition": STR,
+    "offset": {**NON_NEG, "description": "status fired: the message's offset in the partition"},
+    "dlqId": {**STR, "description": "status dead_lettered: the DLQ row the timer was filed as"},
+    "firedAt": {**INT, "description": "ms on the group clock: the fire (dead_lettered: the last failed one)"},
+}
 KV_VALUE = {"description": f"any JSON value nested at most {MAX_JSON_DEPTH} levels and at most "
                           f"{MAX_KV_VALUE_BYTES} bytes stored (msgpack); beyond either, 400 bad_request"}
 KV_ROW = obj({"ns": STR, "key": STR, "found": BOOL, "value": ANY, "version": NULL_INT, "expiresAt": NULL_INT},
@@ -112,14 +120,29 @@ SCHEMAS: dict[str, dict] = {
                        ("op", "queue", "timerKey")),
     "TimerOp": {"oneOf": [ref("TimerSchedule"), ref("TimerCancel")]},
     "TimerResult": obj({
-        "ok": BOOL, "status": {"enum": ["scheduled", "rescheduled", "cancelled", "absent", "too_late"]},
-        "queue": STR, "timerKey": STR, "txn": NULL_STR, "messageId": STR, "deliverAt": INT,
+        "ok": BOOL, "status": {"enum": ["scheduled", "rescheduled", "cancelled", "fired", "dead_lettered", "absent",
+                                        "too_late"], "description": (
+            "a cancel with no pending timer: fired (it fired within the destination queue's dedupWindowSeconds; "
+            "txn, partition, offset, messageId and firedAt name the message it put there), dead_lettered (its last "
+            "failed fire filed it in the DLQ as dlqId), absent (never seen, or forgotten since)")},
+        "queue": STR, "timerKey": STR,
+        "txn": {**NULL_STR, "description": "fired and dead_lettered: the txn that fired, not the one sent"},
+        "messageId": STR, "deliverAt": INT, **FIRED_FIELDS,
+        "requestTxn": {**NULL_STR, "description": "a cancel's answers: the txn the request sent (null: none)"},
     }, ("ok", "status", "queue", "timerKey", "txn")),
     "TimerPeek": {"oneOf": [
-        obj({"found": {"const": True}, "queue": STR, "timerKey": STR, "payload": B64, **TIMER_FIELDS},
-            ("found", "queue", "timerKey", "partition", "deliverAt", "txn", "messageId", "payload", "payloadZstd",
-             "encrypted", "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")),
-        obj({"found": {"const": False}, "queue": STR, "timerKey": STR}, ("found", "queue", "timerKey")),
+        obj({"found": {"const": True}, "status": {"const": "pending"}, "queue": STR, "timerKey": STR, "payload": B64,
+             **TIMER_FIELDS},
+            ("found", "status", "queue", "timerKey", "partition", "deliverAt", "txn", "messageId", "payload",
+             "payloadZstd", "encrypted", "producerSub", "attempts", "lastError", "claimed", "createdAt", "updatedAt")),
+        obj({"found": {"const": False}, "status": {"const": "fired"}, "queue": STR, "timerKey": STR, "txn": STR,
+             "messageId": STR, **FIRED_FIELDS},
+            ("found", "status", "queue", "timerKey", "txn", "partition", "offset", "messageId", "firedAt")),
+        obj({"found": {"const": False}, "status": {"const": "dead_lettered"}, "queue": STR, "timerKey": STR,
+             "txn": STR, "messageId": STR, **FIRED_FIELDS},
+            ("found", "status", "queue", "timerKey", "txn", "partition", "dlqId", "messageId", "firedAt")),
+        obj({"found": {"const": False}, "status": {"const": "absent"}, "queue": STR, "timerKey": STR},
+            ("found", "status", "queue", "timerKey")),
     ]},
     "TimerList": obj({
         "rows": array(obj({"queue": STR, "timerKey": STR, **TIMER_FIELDS}, ("queue", "timerKey", "deliverAt", "txn"))),
@@ -301,11 +324,15 @@ def _paths() -> dict:
         "/api/v1/timers/{queue}": {"get": operation(
             "List a queue's pending timers by timerKey (keyset)", ref("TimerList"),
             params=[queue, query_param("after", STR, "exclusive cursor"),
-                    query_param("prefix", STR, "only the timerKeys that start with it"),
+                    query_param("prefix", STR, "only the keys that start with it (empty: all); pages with after"),
                     query_param("limit", {"type": "integer"}, f"clamped to 1..{timers.LIST_MAX_LIMIT}")])},
         "/api/v1/timers/{queue}/{timerKey}": {
-            "get": operation("Peek one timer (payload as stored, never decrypted)", ref("TimerPeek"), params=[queue, key]),
-            "delete": operation("Cancel one timer; never refused by the pause, the rate or the quota",
+            "get": operation("Peek one timer (payload as stored, never decrypted); with none pending, where its "
+                             "remembered fire went (status fired or dead_lettered) or status absent",
+                             ref("TimerPeek"), params=[queue, key]),
+            "delete": operation("Cancel one timer; never refused by the pause, the rate or the quota; with none "
+                                "pending, 200 ok false with status fired (and where the message is), "
+                                "dead_lettered or absent",
                                 ref("TimerResult"), params=[queue, key, query_param("txn", STR, "echoed")]),
         },
         "/api/v1/push": {"post": operation(

@@ -256,10 +256,15 @@ def _timer_fields(row: dict, names: tuple[str, ...]) -> dict:
     return out
 
 
-def peek_answer(queue: str, timer_key: str, row: dict | None) -> dict:
-    if row is None:
-        return {"found": False, "queue": queue, "timerKey": timer_key}
-    return {"found": True, "queue": queue, "timerKey": timer_key, **_timer_fields(row, PEEK_FIELDS)}
+def peek_answer(queue: str, timer_key: str, row: dict | None, fired: dict | None = None) -> dict:
+    """`status` pending (found), else fired or dead_lettered while the state remembers the key's
+    fire (where its message went, fired_memory.py), else absent."""
+    if row is not None:
+        return {"found": True, "status": "pending", "queue": queue, "timerKey": timer_key,
+                **_timer_fields(row, PEEK_FIELDS)}
+    if fired is not None:
+        return {"found": False, "queue": queue, "timerKey": timer_key, **fired}
+    return {"found": False, "status": "absent", "queue": queue, "timerKey": timer_key}
 
 
 def list_answer(page: dict) -> dict:
@@ -272,8 +277,10 @@ async def get_timer(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.READ)
     queue, timer_key = _path_identity(request)
-    row = await read(serving, principal.tenant, lambda state: state.peek_timer(queue, timer_key), UNAVAILABLE)
-    return json_response(peek_answer(queue, timer_key, row))
+    row, fired = await read(serving, principal.tenant,
+                            lambda state: (state.peek_timer(queue, timer_key), state.fired_timer(queue, timer_key)),
+                            UNAVAILABLE)
+    return json_response(peek_answer(queue, timer_key, row, fired))
 
 
 async def list_timers(request: web.Request) -> web.Response:
@@ -281,8 +288,8 @@ async def list_timers(request: web.Request) -> web.Response:
     principal = require(serving.config, request, Access.READ)
     queue = request.match_info["queue"]
     after = request.query.get("after") or None
+    prefix = request.query.get("prefix") or None  # only the keys that start with it; "" is all
     limit = min(LIST_MAX_LIMIT, max(1, query_int(request, "limit", LIST_DEFAULT_LIMIT, BAD_REQUEST)))
-    prefix = request.query.get("prefix") or None
     page = await read(serving, principal.tenant, lambda state: state.list_timers(queue, after, limit, prefix),
                       UNAVAILABLE)
     return json_response(list_answer(page))

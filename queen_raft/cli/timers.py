@@ -36,10 +36,10 @@ async def timer_peek(q: Queen, args: argparse.Namespace) -> Any:
 async def timer_list(q: Queen, args: argparse.Namespace) -> Any:
     timers = q.timer(args.queue)
     if args.all:
-        rows = [wire(row) async for row in timers.rows(page_size=args.limit, after=args.after)]
+        rows = [wire(row) async for row in timers.rows(page_size=args.limit, after=args.after, prefix=args.prefix)]
         return {"rows": [{k: v for k, v in row.items() if k != "found"} for row in rows], "truncated": False,
                 "nextAfter": None}
-    return wire(await timers.list(limit=args.limit, after=args.after))
+    return wire(await timers.list(limit=args.limit, after=args.after, prefix=args.prefix))
 
 
 def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -53,15 +53,19 @@ def add_timer_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
     schedule.add_argument("--partition")
     schedule.add_argument("--txn", help="the fired message's transactionId (minted when absent)")
     schedule.add_argument("--zstd", action="store_true", help="compress the payload (payloadZstd)")
-    cancel = client_command(timer_sub, "cancel", timer_cancel, common, "cancel a timer (DELETE: never refused by pause, rate or quota)")
+    cancel = client_command(timer_sub, "cancel", timer_cancel, common,
+                            "cancel a timer (DELETE: never refused by pause, rate or quota); after its fire, "
+                            "prints status fired with the message's partition, offset and messageId")
     cancel.add_argument("queue")
     cancel.add_argument("key")
     cancel.add_argument("--txn", help="echoed in the answer: the transactionId to look for when it is absent")
-    peek = client_command(timer_sub, "peek", timer_peek, common, "one pending timer, payload included")
+    peek = client_command(timer_sub, "peek", timer_peek, common,
+                          "one pending timer, payload included; after its fire, where its message went")
     peek.add_argument("queue")
     peek.add_argument("key")
     listing = client_command(timer_sub, "list", timer_list, common, "a queue's pending timers, by key")
     listing.add_argument("queue")
     listing.add_argument("--limit", type=int)
     listing.add_argument("--after", help="exclusive cursor: the nextAfter of the previous page")
+    listing.add_argument("--prefix", help="only the timers whose key starts with this")
     listing.add_argument("--all", action="store_true", help="follow nextAfter through every page")

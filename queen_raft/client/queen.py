@@ -121,7 +121,8 @@ class Queen:
         return await extend_lease(self.transport, lease_id, duration)
 
     async def fetch(self, queue: str, partition: str = "Default", offset: int = 0, limit: int = 100) -> list[Record]:
-        """Messages by offset, without a lease: how to look for a txn after a cancel answered `absent`."""
+        """Messages by offset, without a lease: the message a cancel answered `fired` names (its partition
+        and offset), or a search for a txn after a cancel answered `absent`."""
         answer = await self.transport.request("POST", "/api/v1/fetch", json_body={
             "entries": [{"queue": queue, "partition": partition, "offset": offset, "limit": limit}]})
         return [Record(queue=queue, partition=partition, offset=r.get("offset", -1),

@@ -15,27 +15,51 @@ def _raw() -> Any:
 
 @dataclass(frozen=True)
 class TimerResult:
-    """A schedule or a cancel. `ok` false with status `absent`: no pending timer, which may mean it
-    already fired; look for `txn` in the destination partition (docs/spec.md section 2)."""
+    """A schedule or a cancel.
+
+    A cancel that finds no pending timer says why: `fired` (the timer fired within the
+    destination queue's dedup window: `txn`, `partition`, `offset`, `message_id` and `fired_at`
+    name the message it put there; `txn` is the fired one, the one the request sent is
+    `request_txn`), `dead_lettered` (its last failed fire filed it in the DLQ as `dlq_id`), or
+    `absent` (never seen, or forgotten since: look for the txn in the destination partition,
+    docs/sdk.md)."""
 
     ok: bool
-    status: str  # scheduled | rescheduled | cancelled | absent | too_late
+    status: str  # scheduled | rescheduled | cancelled | fired | dead_lettered | absent | too_late
     queue: str
     timer_key: str
     txn: str | None
     message_id: str | None = None
     deliver_at: int | None = None  # ms since the epoch on the group clock
+    partition: str | None = None
+    offset: int | None = None  # where the fired message is, when status is fired
+    fired_at: int | None = None  # ms since the epoch on the group clock
+    dlq_id: str | None = None
+    request_txn: str | None = None
     raw: dict = _raw()
+
+    @property
+    def fired(self) -> bool:
+        return self.status == "fired"
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.status == "dead_lettered"
 
     @classmethod
     def from_wire(cls, wire: dict) -> "TimerResult":
         return cls(ok=bool(wire.get("ok")), status=wire.get("status", ""), queue=wire.get("queue", ""),
                    timer_key=wire.get("timerKey", ""), txn=wire.get("txn"), message_id=wire.get("messageId"),
-                   deliver_at=wire.get("deliverAt"), raw=wire)
+                   deliver_at=wire.get("deliverAt"), partition=wire.get("partition"), offset=wire.get("offset"),
+                   fired_at=wire.get("firedAt"), dlq_id=wire.get("dlqId"), request_txn=wire.get("requestTxn"),
+                   raw=wire)
 
 
 @dataclass(frozen=True)
 class TimerPeek:
+    """A pending timer (`found`, status pending), or why there is none: `fired` or
+    `dead_lettered` with where its message went (as TimerResult), or `absent`."""
+
     found: bool
     queue: str
     timer_key: str
@@ -52,7 +76,19 @@ class TimerPeek:
     last_error: str | None = None
     created_at: int | None = None
     updated_at: int | None = None
+    status: str = ""  # pending | fired | dead_lettered | absent
+    offset: int | None = None
+    fired_at: int | None = None
+    dlq_id: str | None = None
     raw: dict = _raw()
+
+    @property
+    def fired(self) -> bool:
+        return self.status == "fired"
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.status == "dead_lettered"
 
     @property
     def payload(self) -> Any:
@@ -62,13 +98,16 @@ class TimerPeek:
 
     @classmethod
     def from_wire(cls, wire: dict) -> "TimerPeek":
-        return cls(found=bool(wire.get("found")), queue=wire.get("queue", ""), timer_key=wire.get("timerKey", ""),
+        found = bool(wire.get("found"))
+        return cls(found=found, queue=wire.get("queue", ""), timer_key=wire.get("timerKey", ""),
                    partition=wire.get("partition"), deliver_at=wire.get("deliverAt"), due_at=wire.get("dueAt"),
                    txn=wire.get("txn"), message_id=wire.get("messageId"), payload_b64=wire.get("payload"),
                    payload_zstd=bool(wire.get("payloadZstd")), encrypted=bool(wire.get("encrypted")),
                    producer_sub=wire.get("producerSub"), attempts=int(wire.get("attempts") or 0),
                    last_error=wire.get("lastError"), created_at=wire.get("createdAt"),
-                   updated_at=wire.get("updatedAt"), raw=wire)
+                   updated_at=wire.get("updatedAt"),
+                   status=wire.get("status") or ("pending" if found else "absent"), offset=wire.get("offset"),
+                   fired_at=wire.get("firedAt"), dlq_id=wire.get("dlqId"), raw=wire)
 
 
 @dataclass(frozen=True)

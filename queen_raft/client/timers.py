@@ -145,11 +145,14 @@ class TimerBuilder(TimerSetters):
         return await send_schedules(self._transport, ops, chunk_size)
 
     async def cancel(self) -> TimerResult:
-        """The DELETE route, which no pause, rate or quota refuses. `absent` (ok false) may mean it
-        already fired: the echoed txn is the transactionId to look for in the queue.
+        """The DELETE route, which no pause, rate or quota refuses. `fired` (ok false): it fired,
+        and `partition`/`offset` name its message (`dead_lettered`: filed in the DLQ as `dlq_id`).
+        `absent` (ok false): never seen, or its fire is forgotten (past the queue's dedup window);
+        the echoed txn is the transactionId to look for in the queue.
 
         `absent` answered to a retry whose earlier attempt may have been applied is OutcomeUnknown:
-        that attempt may have been the one that cancelled it."""
+        that attempt may have been the one that cancelled it. `fired` is never: a cancel that
+        removes the timer also forgets any earlier fire of the key, so the fire came first."""
         params = {"txn": self.spec.txn} if self.spec.txn is not None else None
         answer = await self._transport.request("DELETE", self._path(), params=params)
         result = TimerResult.from_wire(answer.body)
@@ -163,16 +166,21 @@ class TimerBuilder(TimerSetters):
         answer = await self._transport.request("GET", self._path())
         return TimerPeek.from_wire(answer.body)
 
-    async def list(self, limit: int | None = None, after: str | None = None) -> TimerPage:
-        """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000)."""
+    async def list(self, limit: int | None = None, after: str | None = None,
+                   prefix: str | None = None) -> TimerPage:
+        """One keyset page of the queue's pending timers (server default 100, clamped to 1..1000);
+        with `prefix`, only those whose timerKey starts with it."""
         answer = await self._transport.request(
-            "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}", params={"limit": limit, "after": after})
+            "GET", f"/api/v1/timers/{path_segment(self.spec.queue)}",
+            params={"limit": limit, "after": after, "prefix": prefix})
         return TimerPage.from_wire(answer.body)
 
-    async def rows(self, page_size: int | None = None, after: str | None = None) -> AsyncIterator[TimerPeek]:
-        """Every pending timer of the queue, page after page (each page its own linearizable read)."""
+    async def rows(self, page_size: int | None = None, after: str | None = None,
+                   prefix: str | None = None) -> AsyncIterator[TimerPeek]:
+        """Every pending timer of the queue (with `prefix`: whose timerKey starts with it), page
+        after page (each page its own linearizable read)."""
         while True:
-            page = await self.list(limit=page_size, after=after)
+            page = await self.list(limit=page_size, after=after, prefix=prefix)
             for row in page.rows:
                 yield row
             if not page.truncated or page.next_after is None:

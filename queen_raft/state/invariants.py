@@ -16,6 +16,10 @@ from itertools import pairwise
 from . import limits
 from .broker import Broker
 from .dlq_pages import dlq_seq_of
+from .fired_memory import (
+    F_EXPIRES_AT, F_FIRED_AT, F_KEY, F_MESSAGE_ID, F_PARTITION, F_QUEUE, F_TXN, F_WHERE, RECORD_FIELDS,
+    FiredMemory,
+)
 from .partition import MSG_CREATED_AT, MSG_ID, MSG_TXN, Partition
 from .timers import R_DELIVER_AT, T_CREATED_AT, T_DUE_AT, T_KEY, T_QUEUE, T_RETRY, T_UPDATED_AT, \
     TIMER_FIELDS, TimerTable
@@ -116,12 +120,50 @@ def check_broker(broker: Broker, clock: int) -> None:
             f"released settlements {released.settlements}, remembered {remembered}")
 
 
+def check_fired_memory(memory: FiredMemory, broker: Broker, clock: int) -> None:
+    """The records are in fire order within the count bound; every answering record is in the order
+    and filed under its own key; every fire names a message the log holds (or held, below its base)
+    with that txn and messageId, every dead letter a DLQ row of its queue."""
+    order = memory.order
+    require(len(order) <= limits.MAX_REMEMBERED_FIRES, f"{len(order)} fires remembered, over the bound")
+    require(all(len(record) == len(RECORD_FIELDS) for record in order), "a fire record of another shape")
+    require(all(a[F_FIRED_AT] <= b[F_FIRED_AT] for a, b in pairwise(order)), "fire records out of fire order")
+    require(all(r[F_FIRED_AT] < r[F_EXPIRES_AT] and r[F_FIRED_AT] <= clock for r in order),
+            "a fire record after the group clock, or expiring at its fire")
+    in_order = set(map(id, order))
+    for queue, answers in memory.by_queue.items():
+        require(answers, f"fired memory: queue {queue!r} has an empty key map")
+        for key, record in answers.items():
+            require(id(record) in in_order, f"fired memory: {queue}/{key} answers from a record not in the order")
+            require((record[F_QUEUE], record[F_KEY]) == (queue, key), f"fired memory: {queue}/{key} filed elsewhere")
+            check_fire_record(record, broker)
+
+
+def check_fire_record(record: tuple, broker: Broker) -> None:
+    queue = broker.queues.get(record[F_QUEUE])
+    where, name = record[F_WHERE], f"{record[F_QUEUE]}/{record[F_KEY]}"
+    require(queue is not None, f"fired memory: {name} fired into a queue that does not exist")
+    if type(where) is not int:
+        row = queue.dlq.get(where)
+        require(row is None or (row["timerKey"], row["transactionId"]) == (record[F_KEY], record[F_TXN]),
+                f"fired memory: {name} names DLQ row {where!r} of another timer")
+        return
+    partition = queue.partitions.get(record[F_PARTITION])
+    require(partition is not None and 0 <= where < partition.end,
+            f"fired memory: {name} names offset {where} past its partition's log")
+    if where >= partition.base:
+        message = partition.log[where - partition.base]
+        require((message[MSG_TXN], message[MSG_ID]) == (record[F_TXN], record[F_MESSAGE_ID]),
+                f"fired memory: {name} names offset {where}, which holds another message")
+
+
 def check_tenant_state(state) -> None:
     """Every invariant of a TenantState (see the module docstring)."""
     require(all(count >= 0 for count in state.fired.values()), "fired counters")
     require(state.billed >= 0, "billed counter")
     check_timer_table(state.timers, state.clock)
     check_broker(state.broker, state.clock)
+    check_fired_memory(state.fired_memory, state.broker, state.clock)
     kv = state.kv
     require(len(kv.expiry) >= sum(entry[2] is not None for entry in kv.entries.values()), "kv expiry index")
     for (ns, key), (_, version, expires_at) in kv.entries.items():

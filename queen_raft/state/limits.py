@@ -95,6 +95,14 @@ MAX_POP_BATCH = 1000
 # remembered whole.
 MAX_REMEMBERED_SETTLEMENTS = 16_384
 
+# Fire records kept per tenant, so a cancel or a peek after the fire answers where the message went
+# (fired_memory.py); the oldest are forgotten first, and each at its queue's dedup window anyway.
+# A record costs ~150 B of heap beyond its timerKey and ~12 B of compressed snapshot
+# (bench/README.md, "The fired memory"): at the bound ~40 MB of heap and ~3 MB of snapshot per
+# tenant. It holds a full default window (an hour) of fires at 72/s sustained; a larger burst keeps
+# its latest 262,144 fires.
+MAX_REMEMBERED_FIRES = 262_144
+
 # Queue options and their defaults (docs/spec.md section 3, `configure`). Times are in seconds on the wire.
 DEFAULT_QUEUE_OPTIONS: dict[str, object] = {
     "leaseTime": 300,
@@ -164,7 +172,10 @@ KV_INT_MAX = 2**63 - 1
 
 # --- snapshot -------------------------------------------------------------------------------------
 
-SNAPSHOT_FORMAT_VERSION = 1
+# Format 2 adds the fired memory (fired_memory.py) after the KV store; a format-1 snapshot
+# restores with an empty one.
+SNAPSHOT_FORMAT_VERSION = 2
+READABLE_SNAPSHOT_FORMATS = (1, 2)
 # zstd level 1: a million timers compress in a fraction of a second; higher levels save little on
 # msgpack of ids and cost seconds. Single-threaded so the bytes never depend on the machine.
 SNAPSHOT_ZSTD_LEVEL = 1

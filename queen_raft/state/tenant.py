@@ -36,6 +36,7 @@ import msgpack
 import zstandard
 
 from .broker import Broker, validate_ack_item, validate_push_item
+from .fired_memory import FiredMemory, record_answer
 from .invariants import check_tenant_state
 from .kv import KvStore, validate_kv_op
 from .limits import (
@@ -49,6 +50,7 @@ from .limits import (
     MAX_POLICY_VALUE,
     POLICY_KEYS,
     QUEUE_MODE_GROUP,
+    READABLE_SNAPSHOT_FORMATS,
     SNAPSHOT_FORMAT_VERSION,
     SNAPSHOT_ZSTD_LEVEL,
     FirePolicy,
@@ -111,6 +113,8 @@ class TenantState:
         self.timers = TimerTable()
         self.broker = Broker()
         self.kv = KvStore()
+        # Where recent fires went, for cancels and peeks after them (fired_memory.py).
+        self.fired_memory = FiredMemory()
         self.billed = 0
         self.fired = dict.fromkeys(FIRE_RESULTS, 0)
         self._handlers = {
@@ -167,10 +171,12 @@ class TenantState:
 
     def _apply_timer_ops(self, ops: list[dict], producer_sub: str | None, policy: FirePolicy,
                          now: int) -> list[dict]:
-        results, due_now, billed = apply_timer_ops(self.timers, ops, producer_sub, now)
+        results, due_now, billed = apply_timer_ops(self.timers, ops, producer_sub, now,
+                                                   self.fired_memory)
         self.billed += billed
         if due_now:
-            self._count(fire(self.timers.take(due_now), self.timers, self.broker, policy, now))
+            self._count(fire(self.timers.take(due_now), self.timers, self.broker, policy, now,
+                             self.fired_memory))
         return results
 
     def _count(self, tally: FireTally) -> None:
@@ -184,7 +190,7 @@ class TenantState:
         policy = parse_policy(command.get("policy"), "bad_request")
         table = self.timers
         tally = fire(table.take_due(now, policy.fire_batch, policy.fire_max_bytes), table,
-                     self.broker, policy, now)
+                     self.broker, policy, now, self.fired_memory)
         self._count(tally)
         next_due = table.next_due_at()
         return {"fired": tally.fired, "appended": tally.appended, "duplicate": tally.duplicate,
@@ -372,6 +378,13 @@ class TenantState:
         timer = self.timers.get(queue, timer_key)
         return None if timer is None else peek_timer(timer)
 
+    def fired_timer(self, queue: str, timer_key: str) -> dict | None:
+        """Where the key's last fire went (`status` fired or dead_lettered, txn, partition,
+        offset or dlqId, messageId, firedAt) while the state remembers it, else None; a pending
+        timer of the key answers first (`peek_timer`)."""
+        record = self.fired_memory.find(queue, timer_key, self.clock)
+        return None if record is None else record_answer(record)
+
     def list_timers(self, queue: str, after: str | None = None, limit: int | None = None,
                     prefix: str | None = None) -> dict:
         return self.timers.list(queue, after, clamp_limit(limit), prefix)
@@ -435,6 +448,7 @@ class TenantState:
             SNAPSHOT_FORMAT_VERSION, self.clock, self.scheduling_paused, self.billed,
             [self.fired[name] for name in FIRE_RESULTS],
             self.timers.to_wire(), self.broker.to_wire(), self.kv.to_wire(),
+            self.fired_memory.to_wire(),
         ]
         packed = msgpack.packb(wire, use_bin_type=True)
         return zstandard.ZstdCompressor(level=SNAPSHOT_ZSTD_LEVEL).compress(packed)
@@ -448,9 +462,9 @@ class TenantState:
     def _restore(cls, data: bytes) -> TenantState:
         packed = zstandard.ZstdDecompressor().decompress(data)
         wire = msgpack.unpackb(packed, raw=False, use_list=True, strict_map_key=False)
-        version, clock, paused, billed, fired, timers, broker, kv = wire
-        if version != SNAPSHOT_FORMAT_VERSION:
-            raise ValueError(f"snapshot format {version} is not {SNAPSHOT_FORMAT_VERSION}")
+        version, clock, paused, billed, fired, timers, broker, kv, *rest = wire
+        if version not in READABLE_SNAPSHOT_FORMATS:
+            raise ValueError(f"snapshot format {version} is not one of {READABLE_SNAPSHOT_FORMATS}")
         state = cls()
         state.clock = clock
         state.scheduling_paused = paused
@@ -459,4 +473,6 @@ class TenantState:
         state.timers = TimerTable.from_wire(timers)
         state.broker = Broker.from_wire(broker)
         state.kv = KvStore.from_wire(kv)
+        # A format-1 snapshot was written before fires were remembered: it remembers none.
+        state.fired_memory = FiredMemory.from_wire(rest[0] if rest else [])
         return state

@@ -12,6 +12,7 @@ Validation raises `Refusal` before anything changes; `apply_timer_ops` cannot fa
 
 from __future__ import annotations
 
+from .fired_memory import FiredMemory, record_answer
 from .limits import DEFAULT_PARTITION, MAX_DELAY_MS
 from .refusal import Refusal, is_int, require
 from .timers import T_DUE_AT, T_TXN, Timer, TimerTable
@@ -186,8 +187,13 @@ def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None
 
 
 def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None,
-                    now: int) -> tuple[list[dict], list[Timer], int]:
-    """`(results in input order, timers already due, billed schedule ops)`."""
+                    now: int, memory: FiredMemory | None = None) -> tuple[list[dict], list[Timer], int]:
+    """`(results in input order, timers already due, billed schedule ops)`.
+
+    A cancel of a key with no pending timer answers from `memory` when the key fired within its
+    queue's dedup window (`fired` or `dead_lettered`, fired_memory.py), else `absent`; a cancel
+    that removes a pending timer forgets the key's earlier fire.
+    """
     results: list[dict] = []
     due_now: list[Timer] = []
     billed = 0
@@ -197,15 +203,7 @@ def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None
             continue
         queue, key = op["queue"], op["timerKey"]
         if op["op"] == "cancel":
-            timer = table.get(queue, key)
-            txn = op.get("txn")
-            if timer is None:
-                results.append({"ok": False, "status": "absent", "queue": queue,
-                                "timerKey": key, "txn": txn})
-                continue
-            table.remove(timer)
-            results.append({"ok": True, "status": "cancelled", "queue": queue, "timerKey": key,
-                            "txn": timer[T_TXN] if txn is None else txn})
+            results.append(cancel(table, memory, queue, key, op.get("txn"), now))
             continue
         # A scheduled timer's dueAt is its deliverAt (they part only at a failed fire).
         timer, replaced = table.upsert(
@@ -220,3 +218,22 @@ def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None
                         "messageId": op["messageId"], "deliverAt": timer[T_DUE_AT]})
     table.commit_staged()
     return results, due_now, billed
+
+
+def cancel(table: TimerTable, memory: FiredMemory | None, queue: str, key: str,
+           request_txn: str | None, now: int) -> dict:
+    """One cancel's answer; the txn the request sent is echoed as `requestTxn` in every answer."""
+    timer = table.get(queue, key)
+    if timer is not None:
+        table.remove(timer)
+        if memory is not None:
+            memory.forget(queue, key)
+        return {"ok": True, "status": "cancelled", "queue": queue, "timerKey": key,
+                "txn": timer[T_TXN] if request_txn is None else request_txn,
+                "requestTxn": request_txn}
+    record = None if memory is None else memory.find(queue, key, now)
+    if record is None:
+        return {"ok": False, "status": "absent", "queue": queue, "timerKey": key,
+                "txn": request_txn, "requestTxn": request_txn}
+    return {"ok": False, "queue": queue, "timerKey": key, **record_answer(record),
+            "requestTxn": request_txn}

@@ -44,13 +44,14 @@ from __future__ import annotations
 import sys
 from collections import deque
 from itertools import islice, takewhile
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 
 import msgpack
 import zstandard
 from sortedcontainers import SortedList
 
 from .broker import Broker
+from .fired_memory import FiredMemory
 from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 from .partition import Partition
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
@@ -311,17 +312,18 @@ class TimerTable:
         return ordered
 
     def list(self, queue: str, after: str | None, limit: int, prefix: str | None = None) -> dict:
-        """A keyset page by timerKey; with `prefix`, only the keys that start with it (a contiguous
-        run of the sorted keys, so the page still costs O(log n + limit))."""
+        """One keyset page of the queue's keys after `after`; with `prefix`, of the keys that start
+        with it. Those are one run of the sorted keys, from bisect_left(prefix) to the first key
+        that does not start with it, so a page reads at most limit + 1 keys of it."""
         keys = self.keys.get(queue)
         if keys is None:
             return {"rows": [], "truncated": False, "nextAfter": None}
         start = 0 if after is None else keys.bisect_right(after)
         if prefix:
             start = max(start, keys.bisect_left(prefix))
-        page = list(keys.islice(start, start + limit + 1))
-        if prefix:
-            page = list(takewhile(lambda key: key.startswith(prefix), page))
+            page = list(takewhile(methodcaller("startswith", prefix), keys.islice(start, start + limit + 1)))
+        else:
+            page = list(keys.islice(start, start + limit + 1))
         truncated = len(page) > limit
         page = page[:limit]
         timers = self.by_queue[queue]
@@ -435,8 +437,12 @@ class FireTally:
 
 
 def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePolicy,
-         now: int) -> FireTally:
+         now: int, memory: FiredMemory | None = None) -> FireTally:
     """Push each timer's message through the push path; failures go back into the table.
+
+    With `memory`, each fire that put its txn in a partition (appended, or a duplicate of a
+    message in the window) and each timer filed in the DLQ is remembered for the queue's dedup
+    window (fired_memory.py); the memory is trimmed once, after the whole fire.
 
     The steps of Broker.push_message, inlined for the hot path: dedup first, then the limits, and
     the partition created only when a message is appended to it. A partition's `prune` runs once
@@ -451,6 +457,10 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     appended = duplicate = 0
     queue_name = queue = partitions = None
     pruned: set[Partition] = set()
+    # The fired memory's order, bound once, and the current queue's key map in it, bound at the
+    # queue's first remembered fire (the hot path of FiredMemory.remember, inlined below).
+    keep_in_order = None if memory is None else memory.order.append
+    fired_answers = None
     for timer in timers:
         (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
          encrypted, producer_sub, retry, created_at, _) = timer
@@ -458,6 +468,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             deliver_at = retry[R_DELIVER_AT]
         if name is not queue_name:
             queue_name = name
+            fired_answers = None
             queue = queues.get(name) or broker.queue(name)
             partitions = queue.partitions
         partition = partitions.get(partition_name)
@@ -469,6 +480,9 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             if entry is not None and entry[2] > now:  # Partition.find_duplicate
                 duplicate += 1
                 lags.append(now - deliver_at)
+                if memory is not None and queue.dedup_window_ms > 0:
+                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
+                                     txn, entry[0], entry[1]))
                 continue
         error = None
         transient = False
@@ -493,6 +507,12 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                 expires_at = now + window_ms
                 partition.dedup[txn] = (offset, message_id, expires_at)
                 partition.dedup_expiry.append((expires_at, txn))
+                if keep_in_order is not None:
+                    if fired_answers is None:
+                        fired_answers = memory.answers_for(name)
+                    fired_answers[key] = record = (now, expires_at, name, key, partition_name,
+                                                   txn, offset, message_id)
+                    keep_in_order(record)
             appended += 1
             lags.append(now - deliver_at)
             continue
@@ -502,9 +522,13 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         else:
             attempts += 1
             if attempts >= policy.max_attempts:
-                broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, txn,
-                                message_id, timer[T_PAYLOAD], created_at, producer_sub, None,
-                                encrypted, error, attempts, now, key, payload_zstd)
+                dlq_id = broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET,
+                                         txn, message_id, timer[T_PAYLOAD], created_at,
+                                         producer_sub, None, encrypted, error, attempts, now,
+                                         key, payload_zstd)
+                if memory is not None and queue.dedup_window_ms > 0:
+                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
+                                     txn, dlq_id, message_id))
                 tally.dlq += 1
                 continue
             doublings = min(attempts - 1, MAX_BACKOFF_DOUBLINGS)
@@ -513,6 +537,8 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         table.insert((due_at, name, key, partition_name, txn, message_id, timer[T_PAYLOAD],
                       payload_zstd, encrypted, producer_sub, (attempts, error, deliver_at),
                       created_at, now))
+    if memory is not None:
+        memory.trim(now)
     # Broker.append's count, once for the whole fire.
     broker.pushed += appended
     tally.appended = appended

@@ -91,6 +91,18 @@ def test_schedule_peek_cancel_with_exit_codes(node_cluster):
     assert (absent["ok"], absent["status"]) == (False, "absent")
 
 
+def test_cancel_and_peek_after_the_fire_print_where_the_message_went(node_cluster):
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    scheduled = answer(cli(node_cluster, "timer", "schedule", queue, "due", "--delay", "0", "--txn", "fire-now",
+                           "--payload", '{"n": 1}'))  # due at its entry: fires in it
+    fired = answer(cli(node_cluster, "timer", "cancel", queue, "due", "--txn", "mine"))
+    assert (fired["ok"], fired["status"], fired["txn"], fired["partition"], fired["offset"], fired["messageId"],
+            fired["requestTxn"]) == (False, "fired", "fire-now", "Default", 0, scheduled["messageId"], "mine")
+    peeked = answer(cli(node_cluster, "timer", "peek", queue, "due"))
+    assert (peeked["found"], peeked["status"], peeked["offset"], peeked["firedAt"]) == (
+        False, "fired", 0, fired["firedAt"])
+
+
 def test_push_pop_kv_and_refusals(node_cluster):
     queue, ns = f"cli-{uuid.uuid4().hex[:8]}", f"ns-{uuid.uuid4().hex[:8]}"
     pushed = answer(cli(node_cluster, "push", queue, "--payload", '{"n": 1}', "--txn", "p-1"))

@@ -78,21 +78,45 @@ def test_cancel_before_the_fire_is_cancelled_and_nothing_is_delivered(node_clust
     status, _, body = post_timers(cluster, "n1", [schedule_op(queue, "k", 400, txn)])
     deliver_at = body["results"][0]["deliverAt"]
     status, _, cancelled = cluster.call("n3", "DELETE", f"/api/v1/timers/{queue}/k?txn={txn}", RW)
-    assert (status, cancelled) == (200, {"ok": True, "status": "cancelled", "queue": queue, "timerKey": "k", "txn": txn})
+    assert (status, cancelled) == (200, {"ok": True, "status": "cancelled", "queue": queue, "timerKey": "k", "txn": txn,
+                                         "requestTxn": txn})
     settle_past(cluster, "n2", deliver_at, margin_ms=300)
     assert fetch_all(cluster, "n2", queue) == []
     status, _, _ = pop(cluster, "n1", queue, wait_ms=100)
     assert status == 204
 
 
-def test_cancel_after_the_fire_is_absent_with_the_txn_echoed(node_cluster):
+def test_cancel_after_the_fire_answers_fired_and_every_node_names_the_same_message(node_cluster):
     cluster = node_cluster
     queue, txn = unique("q"), unique("txn")
     status, _, body = post_timers(cluster, "n2", [schedule_op(queue, "tenant/42", 0, txn)])  # due: fires in its own entry
     assert status == 200
-    status, _, answer = cluster.call("n1", "DELETE", f"/api/v1/timers/{queue}/tenant/42?txn={txn}", RW)
-    assert (status, answer) == (200, {"ok": False, "status": "absent", "queue": queue, "timerKey": "tenant/42", "txn": txn})
-    assert [r["transactionId"] for r in fetch_all(cluster, "n3", queue)] == [txn]
+    message_id = body["results"][0]["messageId"]
+    status, _, answer = cluster.call("n1", "DELETE", f"/api/v1/timers/{queue}/tenant/42?txn=mine", RW)
+    assert status == 200
+    assert answer == {"ok": False, "status": "fired", "queue": queue, "timerKey": "tenant/42", "txn": txn,
+                      "partition": "Default", "offset": 0, "messageId": message_id, "firedAt": answer["firedAt"],
+                      "requestTxn": "mine"}
+    records = fetch_all(cluster, "n3", queue)
+    assert [(r["offset"], r["transactionId"], r["messageId"]) for r in records] == [(0, txn, message_id)]
+    peek = {k: v for k, v in answer.items() if k not in ("ok", "requestTxn")}
+    for node in ("n1", "n2", "n3"):
+        status, _, seen = cluster.call(node, "GET", f"/api/v1/timers/{queue}/tenant/42", RO)
+        assert (status, seen) == (200, {"found": False, **peek}), node
+
+
+def test_a_timer_fired_by_the_leaders_tick_answers_fired_with_its_offset(node_cluster):
+    cluster = node_cluster
+    queue, txn = unique("q"), unique("txn")
+    cluster.call("n1", "POST", "/api/v1/push", RW, {"items": [{"queue": queue, "payload": {"n": 0}}]})
+    status, _, body = post_timers(cluster, "n3", [schedule_op(queue, "later", 300, txn)])
+    assert status == 200
+    settle_past(cluster, "n2", body["results"][0]["deliverAt"], 200)
+    status, _, answer = cluster.call("n2", "DELETE", f"/api/v1/timers/{queue}/later", RW)
+    assert (status, answer["status"], answer["txn"], answer["offset"], answer["requestTxn"]) == (
+        200, "fired", txn, 1, None)
+    assert answer["firedAt"] >= body["results"][0]["deliverAt"]
+    assert [r["transactionId"] for r in fetch_all(cluster, "n1", queue)][1] == txn
 
 
 def test_reschedule_replaces_the_timer(node_cluster):
@@ -107,7 +131,7 @@ def test_reschedule_replaces_the_timer(node_cluster):
     assert status == 200
     assert [(m["transactionId"], m["payload"]) for m in popped["messages"]] == [(new_txn, "new")]
     status, _, peek = cluster.call("n2", "GET", f"/api/v1/timers/{queue}/k", RO)
-    assert peek == {"found": False, "queue": queue, "timerKey": "k"}
+    assert (peek["found"], peek["status"], peek["txn"], peek["offset"]) == (False, "fired", new_txn, 0)
     assert [r["transactionId"] for r in fetch_all(cluster, "n2", queue)] == [new_txn]
 
 

@@ -39,6 +39,8 @@ MAX_PAYLOAD = 20
 # Pages small enough that paging itself is exercised.
 FETCH_PAGE = 3
 LIST_PAGE = 2
+# Prefixes of the listing: several keys, one key, a key's own text, none of them.
+LIST_PREFIXES = ["k", "tenant/", "Z", "é", "k3", "x"]
 
 # The proposer's clock: stays, creeps, jumps past leases and dedup windows, or runs backwards
 # (another node, behind by seconds, proposes).
@@ -147,6 +149,9 @@ class StateAgainstModel(RuleBasedStateMachine):
         assert_matches(got, want, "timers")
         # Coverage labels (pytest --hypothesis-show-statistics): which paths a run reached.
         event(f"timers: {want.get('error', 'applied')}")
+        for result in want.get("results", []):
+            if result.get("status") in ("fired", "dead_lettered"):
+                event(f"timers: cancel answered {result['status']}")
         for outcome, count in self.model.fired_counts.items():
             if count > fired_before[outcome]:
                 event(f"timers: fired in the scheduling entry ({outcome})")
@@ -463,6 +468,7 @@ class StateAgainstModel(RuleBasedStateMachine):
                 timer = self.model.pending_timers.get((queue, key))
                 if timer is None:
                     assert got is None, f"peek {queue}/{key}: {got!r}, model has no timer"
+                    self.fire_answer_agrees(queue, key)
                     continue
                 assert_matches(got, {
                     "queue": queue, "timerKey": key, "partition": timer["partition"],
@@ -473,6 +479,20 @@ class StateAgainstModel(RuleBasedStateMachine):
                 # Its text is the state's own; that there is one (after a failed fire, cleared by
                 # a reschedule) is the contract.
                 assert (got["lastError"] is None) == (timer["lastError"] is None), got
+
+    def fire_answer_agrees(self, queue, key):
+        """A key with no pending timer: where its remembered fire went, as the model says; a
+        dead letter's dlqId names the key's row in the DLQ."""
+        got = self.state.fired_timer(queue, key)
+        want = self.model.remembered_fire(queue, key)
+        if want is None:
+            assert got is None, f"fired {queue}/{key}: {got!r}, the model remembers no fire"
+            return
+        assert_matches(got, want, f"fired {queue}/{key}")
+        event(f"peek: {want['status']}")
+        if want["status"] == "dead_lettered":
+            row = next(r for r in self.state.dlq_list(queue, 1000) if r["dlqId"] == got["dlqId"])
+            assert (row["timerKey"], row["transactionId"]) == (key, want["txn"]), row
 
     @invariant()
     def listing_pages_through_the_pending_keys_in_byte_order(self):
@@ -491,6 +511,18 @@ class StateAgainstModel(RuleBasedStateMachine):
                 assert after == rows[-1]["timerKey"]
             assert listed == self.model.timer_keys(queue)
             assert listed == sorted(listed, key=utf8_order)
+            for prefix in LIST_PREFIXES:
+                assert self.listed_with_prefix(queue, prefix) == [
+                    key for key in self.model.timer_keys(queue) if key.startswith(prefix)], prefix
+
+    def listed_with_prefix(self, queue, prefix):
+        listed, after = [], None
+        while True:
+            page = self.state.list_timers(queue, after, LIST_PAGE, prefix)
+            listed.extend(row["timerKey"] for row in page["rows"])
+            if not page["truncated"]:
+                return listed
+            after = page["nextAfter"]
 
     @invariant()
     def deliverable_agrees_with_pop(self):

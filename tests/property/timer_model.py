@@ -11,7 +11,9 @@ queue's maxPayloadBytes) with exponential backoff and the `__timer__` DLQ; parti
 messages with a per-partition dedup window; queue-mode consumption with one lease per partition,
 a cursor, prefix acks and redelivery after the lease expires, for the queue-mode group and for
 named consumer groups, each with its own cursor and leases; a retried ack of a lease its acks
-released answers as the first did (or is refused when it names another status).
+released answers as the first did (or is refused when it names another status); a cancel or
+peek of a key whose timer fired within its queue's dedup window answers where the message went
+(`fired` with its partition and offset, `dead_lettered`), and `absent` once the window is over.
 
 Where the contract leaves a choice open, the choice is a named constant below, so a disagreement
 with the state is one line to find and one line to flip.
@@ -59,6 +61,13 @@ DEDUP_BEFORE_PAYLOAD_LIMIT = True
 # far beyond what one run releases, so the model keeps every released lease.
 RETRIED_ACK_ANSWERS_AS_THE_FIRST = True
 
+# Contract choice (fired_memory.py): a key's fire is remembered for the destination queue's
+# dedupWindowSeconds from the fire (with the window in force at the fire), and dead at its end like
+# a dedup entry; a window of 0 remembers nothing. The state also bounds it at MAX_REMEMBERED_FIRES
+# (262,144) per tenant, far beyond what one run fires, so the model keeps every fire until it
+# expires. A cancel that removes a pending timer forgets the key's earlier fire.
+FIRES_REMEMBERED_FOR_THE_DEDUP_WINDOW = True
+
 # Contract choice: the first delivery of a message has deliveryAttempt 1, each redelivery after an
 # expired lease adds one.
 FIRST_DELIVERY_ATTEMPT = 1
@@ -103,6 +112,9 @@ class TimerModel:
         self.reappended_after_expiry = {}
         # leaseId -> (queue, partition, offsets) of each lease released by its (completed) acks.
         self.released_leases = {}
+        # (queue, timerKey) -> where the key's last fire went: {"status", "txn", "partition",
+        # "offset" (fired only), "messageId", "firedAt", "expiresAt"}.
+        self.fires = {}
 
     # ----------------------------------------------------------------------------- clock
     def advance(self, now):
@@ -201,13 +213,14 @@ class TimerModel:
             if op["op"] == "cancel":
                 existing = self.pending_timers.pop(key, None)
                 if existing is None:
-                    results.append({"ok": False, "status": "absent", "queue": op["queue"],
-                                    "timerKey": op["timerKey"], "txn": op.get("txn")})
+                    results.append(self.cancel_without_timer(op))
                 else:
+                    self.fires.pop(key, None)
                     self.cancelled_message_ids.append(existing["messageId"])
                     txn = op.get("txn") if op.get("txn") is not None else existing["txn"]
                     results.append({"ok": True, "status": "cancelled", "queue": op["queue"],
-                                    "timerKey": op["timerKey"], "txn": txn})
+                                    "timerKey": op["timerKey"], "txn": txn,
+                                    "requestTxn": op.get("txn")})
             else:
                 status = "rescheduled" if key in self.pending_timers else "scheduled"
                 if key in self.pending_timers:
@@ -245,6 +258,31 @@ class TimerModel:
             self.fire_due(policy)
         return {"results": results}
 
+    def cancel_without_timer(self, op):
+        fire = self.remembered_fire(op["queue"], op["timerKey"])
+        if fire is None:
+            return {"ok": False, "status": "absent", "queue": op["queue"], "timerKey": op["timerKey"],
+                    "txn": op.get("txn"), "requestTxn": op.get("txn")}
+        return {"ok": False, "queue": op["queue"], "timerKey": op["timerKey"], **fire,
+                "requestTxn": op.get("txn")}
+
+    def remembered_fire(self, queue, key):
+        """Where the key's last fire went, without expiresAt; None when none is remembered."""
+        fire = self.fires.get((queue, key))
+        if fire is None or is_expired(fire["expiresAt"], self.clock):
+            return None
+        return {k: v for k, v in fire.items() if k != "expiresAt"}
+
+    def remember_fire(self, timer, status, offset, message_id):
+        window_ms = self.queue(timer["queue"])["options"]["dedupWindowSeconds"] * 1000
+        if window_ms == 0:
+            return
+        fire = {"status": status, "txn": timer["txn"], "partition": timer["partition"],
+                "messageId": message_id, "firedAt": self.clock, "expiresAt": self.clock + window_ms}
+        if offset is not None:
+            fire["offset"] = offset
+        self.fires[(timer["queue"], timer["timerKey"])] = fire
+
     def due_timers_in_order(self):
         due = [t for t in self.pending_timers.values() if t["dueAt"] <= self.clock]
         due.sort(key=lambda t: (t["dueAt"], t["queue"], t["timerKey"]))
@@ -253,9 +291,11 @@ class TimerModel:
     def fire(self, timer, policy):
         """One fire through the push path; returns "appended" | "duplicate" | "failed" | "dlq"."""
         key = (timer["queue"], timer["timerKey"])
-        status, _offset, _message_id = self.push_one(
+        status, offset, message_id = self.push_one(
             timer["queue"], timer["partition"], timer["txn"], timer["messageId"],
             timer["payload"], timer["producerSub"], None)
+        if status in ("queued", "duplicate"):
+            self.remember_fire(timer, "fired", offset, message_id)
         if status == "queued":
             del self.pending_timers[key]
             outcome = "appended"
@@ -269,6 +309,7 @@ class TimerModel:
             if timer["attempts"] >= policy["maxAttempts"]:
                 del self.pending_timers[key]
                 self.cancelled_message_ids.append(timer["messageId"])
+                self.remember_fire(timer, "dead_lettered", None, timer["messageId"])
                 self.queue(timer["queue"])["dlq"].append({
                     "queue": timer["queue"], "partition": timer["partition"],
                     "consumerGroup": TIMER_DLQ_GROUP, "offset": -1,

@@ -85,6 +85,8 @@ BAD_KV = {
     "empty ops": {"ops": []},
     "unknown top-level": {"ops": [{"op": "get", "ns": "n", "key": "k"}], "x": 1},
     "unknown op": {"ops": [{"op": "upsert", "ns": "n", "key": "k"}]},
+    "op an object": {"ops": [{"op": {}, "ns": "n", "key": "k"}]},
+    "op a list": {"ops": [{"op": [], "ns": "n", "key": "k"}]},
     "empty ns": {"ops": [{"op": "get", "ns": "", "key": "k"}]},
     "key not a string": {"ops": [{"op": "get", "ns": "n", "key": 1}]},
     "put without value": {"ops": [{"op": "put", "ns": "n", "key": "k"}]},

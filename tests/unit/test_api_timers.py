@@ -140,15 +140,16 @@ async def test_producer_sub_is_the_tokens_and_message_ids_are_uuid7():
         assert group["rows"] == [["q", "k1", "Default", 300, "txn-k1", message_id, b'{"hi":1}', False, False]]
 
 
-async def test_delete_route_cancels_echoes_txn_and_answers_absent_after_the_fire():
+async def test_delete_route_cancels_echoes_txn_and_answers_fired_after_the_fire():
     async with ApiHarness() as api:
         await api.call("POST", "/api/v1/timers", json=[schedule("tenant/42", txn="t-42")])
         status, _, body = await api.call("DELETE", "/api/v1/timers/q/tenant/42?txn=t-42")
-        assert (status, body) == (200, {"ok": True, "status": "cancelled", "queue": "q", "timerKey": "tenant/42", "txn": "t-42"})
+        assert (status, body) == (200, {"ok": True, "status": "cancelled", "queue": "q", "timerKey": "tenant/42", "txn": "t-42",
+                                        "requestTxn": "t-42"})
         await api.call("POST", "/api/v1/timers", json=[schedule("f", txn="t-f")])
         api.groups["acme"].advance(300)
         status, _, body = await api.call("DELETE", "/api/v1/timers/q/f?txn=t-f")
-        assert (status, body) == (200, {"ok": False, "status": "absent", "queue": "q", "timerKey": "f", "txn": "t-f"})
+        assert (status, body["ok"], body["status"], body["txn"], body["requestTxn"]) == (200, False, "fired", "t-f", "t-f")
 
 
 async def test_cancel_of_another_tenants_timer_is_absent():
@@ -164,12 +165,12 @@ async def test_peek_and_list():
         await api.call("POST", "/api/v1/timers", json=[schedule("b"), schedule("a/1", partition="p1"), schedule("c")])
         status, _, peek = await api.call("GET", "/api/v1/timers/q/a/1", token="acme-ro")
         assert status == 200
-        assert set(peek) == {"found", "queue", "timerKey", "partition", "deliverAt", "dueAt", "txn", "messageId", "payload",
+        assert set(peek) == {"found", "status", "queue", "timerKey", "partition", "deliverAt", "dueAt", "txn", "messageId", "payload",
                              "payloadZstd", "encrypted", "producerSub", "attempts", "lastError", "claimed",
                              "createdAt", "updatedAt"}
         assert (peek["found"], peek["partition"], peek["payload"], peek["claimed"]) == (True, "p1", PAYLOAD, False)
         status, _, miss = await api.call("GET", "/api/v1/timers/q/none", token="acme-ro")
-        assert (status, miss) == (200, {"found": False, "queue": "q", "timerKey": "none"})
+        assert (status, miss) == (200, {"found": False, "status": "absent", "queue": "q", "timerKey": "none"})
         status, _, page = await api.call("GET", "/api/v1/timers/q?limit=2", token="acme-ro")
         assert [r["timerKey"] for r in page["rows"]] == ["a/1", "b"] and page["truncated"] is True
         assert all("payload" not in r for r in page["rows"])

@@ -99,6 +99,31 @@ async def test_cancel_peek_and_list_paths(node, queen):
     assert listing.query == {"limit": "50", "after": "k9"}
 
 
+FIRED = {"status": "fired", "queue": "q", "timerKey": "k", "txn": "fired-txn", "partition": "eu", "offset": 4711,
+         "messageId": "m-1", "firedAt": 1767225600010}
+
+
+async def test_cancel_and_peek_after_the_fire_carry_where_the_message_went(node, queen):
+    node.replies = [(200, {"ok": False, **FIRED, "requestTxn": "sent"}, {}), (200, {"found": False, **FIRED}, {})]
+    result = await queen.timer("q").key("k").txn("sent").cancel()
+    peek = await queen.timer("q").key("k").peek()
+    assert (result.ok, result.fired, result.dead_lettered, result.txn, result.partition, result.offset,
+            result.message_id, result.fired_at, result.request_txn) == (
+        False, True, False, "fired-txn", "eu", 4711, "m-1", 1767225600010, "sent")
+    assert (peek.found, peek.status, peek.fired, peek.txn, peek.partition, peek.offset, peek.message_id,
+            peek.fired_at) == (False, "fired", True, "fired-txn", "eu", 4711, "m-1", 1767225600010)
+
+
+async def test_a_dead_lettered_answer_carries_its_dlq_id(node, queen):
+    dead = {**FIRED, "status": "dead_lettered", "dlqId": "dlq-7"}
+    del dead["offset"]
+    node.replies = [(200, {"ok": False, **dead, "requestTxn": None}, {}), (200, {"found": False, **dead}, {})]
+    result = await queen.timer("q").key("k").cancel()
+    peek = await queen.timer("q").key("k").peek()
+    assert (result.dead_lettered, result.fired, result.dlq_id, result.offset) == (True, False, "dlq-7", None)
+    assert (peek.status, peek.dead_lettered, peek.dlq_id) == ("dead_lettered", True, "dlq-7")
+
+
 async def test_cancel_without_a_txn_sends_no_query(node, queen):
     node.replies = [(200, {"ok": True, "status": "cancelled", "queue": "q", "timerKey": "k", "txn": "old"}, {})]
     await queen.timer("q").key("k").cancel()
@@ -232,3 +257,14 @@ async def test_consume_refuses_a_zero_wait_before_polling(node, queen):
         async for _ in queen.consume("q", wait=0):
             break
     assert node.seen == []
+
+
+async def test_list_and_rows_send_the_prefix(node, queen):
+    node.replies = [(200, {"rows": [{"queue": "q", "timerKey": "order/1", "deliverAt": 5}], "truncated": True,
+                           "nextAfter": "order/1"}, {}),
+                    (200, {"rows": [], "truncated": False, "nextAfter": None}, {})]
+    rows = [row.timer_key async for row in queen.timer("q").rows(page_size=1, prefix="order/")]
+    first, second = node.seen
+    assert rows == ["order/1"]
+    assert first.query == {"limit": "1", "prefix": "order/"}
+    assert second.query == {"limit": "1", "after": "order/1", "prefix": "order/"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queen_raft.state import TenantState
+from queen_raft.state.fired_memory import F_WHERE
 from queen_raft.state.invariants import InvariantViolation
 from queen_raft.state.timers import T_KEY, T_QUEUE, T_UPDATED_AT
 
@@ -36,6 +37,7 @@ def busy_state() -> TenantState:
     ]
     assert not [a for a in answers if "error" in a], answers
     assert state.broker.leases and state.broker.dlq_index and state.timers.count == 2
+    assert len(state.fired_memory) == 3
     return state
 
 
@@ -103,11 +105,28 @@ def unindex_a_kv_expiry(state):
     state.kv.expiry.clear()
 
 
+def point_a_fire_at_another_offset(state):
+    memory = state.fired_memory
+    record = memory.by_queue["q"]["a"]
+    moved = record[:F_WHERE] + (record[F_WHERE] + 1,) + record[F_WHERE + 1:]
+    memory.order[memory.order.index(record)] = memory.by_queue["q"]["a"] = moved
+
+
+def answer_from_a_record_outside_the_order(state):
+    state.fired_memory.order.popleft()
+
+
+def file_a_fire_under_another_key(state):
+    answers = state.fired_memory.by_queue["q"]
+    answers["a"] = answers["b"]
+
+
 @pytest.mark.parametrize("corrupt", [
     drop_from_due_index, drop_from_key_index, miscount_timers, leave_a_timer_staged,
     replace_a_timer_in_its_key_map_only, miscount_pushed, forget_a_lease_in_the_broker,
     lease_a_settled_offset, dedup_names_another_message, unqueue_a_dedup_expiry,
     drop_a_dlq_index_entry, miscount_remembered_settlements, unindex_a_kv_expiry,
+    point_a_fire_at_another_offset, answer_from_a_record_outside_the_order, file_a_fire_under_another_key,
 ])
 def test_each_corruption_is_caught(corrupt):
     state = busy_state()

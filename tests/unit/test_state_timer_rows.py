@@ -232,7 +232,8 @@ def test_a_map_form_entry_of_an_older_journal_still_applies():
          "messageId": "019ad4e2-3b1c-7a2f-8e4d-5c6b7a8f9e0d", "deliverAt": MAP_FORM_NOW + 1500},
         {"ok": True, "status": "scheduled", "queue": "reminders", "timerKey": "order-9137", "txn": "order-9137",
          "messageId": "019ad4e2-3b1c-7a2f-8e4d-5c6b7a8f9e0e", "deliverAt": MAP_FORM_NOW - 10},
-        {"ok": False, "status": "absent", "queue": "reminders", "timerKey": "gone", "txn": None},
+        {"ok": False, "status": "absent", "queue": "reminders", "timerKey": "gone", "txn": None,
+         "requestTxn": None},
     ]}
     state = consumer.state
     assert state.peek_timer("reminders", "trial:acme")["payload"] == b'{"hi":1}'

@@ -71,7 +71,7 @@ def test_cancel_answers_cancelled_and_echoes_the_request_txn():
     timers(state, T0, schedule("q", "k", txn="t1"))
     answer = timers(state, T0, cancel("q", "k", txn="client-txn"))
     assert answer["results"] == [{"ok": True, "status": "cancelled", "queue": "q",
-                                  "timerKey": "k", "txn": "client-txn"}]
+                                  "timerKey": "k", "txn": "client-txn", "requestTxn": "client-txn"}]
     assert state.peek_timer("q", "k") is None
     assert state.next_due_at() is None
 
@@ -87,14 +87,14 @@ def test_cancel_of_a_missing_timer_is_absent_with_the_txn_echoed(txn):
     state = TenantState()
     answer = timers(state, T0, cancel("q", "nope", txn=txn))
     assert answer["results"] == [{"ok": False, "status": "absent", "queue": "q",
-                                  "timerKey": "nope", "txn": txn}]
+                                  "timerKey": "nope", "txn": txn, "requestTxn": txn}]
 
 
-def test_cancel_after_the_fire_is_absent():
+def test_cancel_after_the_fire_answers_fired():
     state = TenantState()
     timers(state, T0, schedule("q", "k", delay=10))
     state.apply({"op": "tick", "now": T0 + 10})
-    assert timers(state, T0 + 11, cancel("q", "k"))["results"][0]["status"] == "absent"
+    assert timers(state, T0 + 11, cancel("q", "k"))["results"][0]["status"] == "fired"
 
 
 def test_results_come_in_input_order():

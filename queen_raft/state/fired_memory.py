@@ -1,0 +1,138 @@
+"""The bounded memory of fired timers, so a cancel or a peek that comes after the fire can say
+where the message went instead of `absent`.
+
+When a timer fires, the state remembers `(queue, timerKey) -> where its message is`: the txn,
+partition, offset and messageId of the message that holds its txn, and the instant of the fire
+(`firedAt`). A fire that was a duplicate of a message still in the dedup window remembers that
+message (its offset and messageId): it is where the txn is. A timer whose last failed fire filed
+it in the `__timer__` DLQ is remembered as dead-lettered, with its `dlqId` in place of an offset.
+
+Bounds (both deterministic, so every replica forgets the same fires at the same entry):
+
+- Time: a fire is remembered for the destination queue's `dedupWindowSeconds` from the fire (for
+  an appended message, exactly as long as its dedup entry lives). It expires at `firedAt + window`
+  on the group clock (the entry's `now`), and is dead from that instant on, as a dedup entry is.
+  A queue with a window of 0 remembers no fires: cancels answer `absent`.
+- Count: at most MAX_REMEMBERED_FIRES fire records per tenant (limits.py); the oldest go first.
+  A record superseded by a later fire of the same key, or forgotten by a cancel of the key's later
+  timer, keeps its place in the order (and in the count) until it reaches the front: removing it
+  from the middle would cost O(n). So at most that many keys answer `fired`, often fewer.
+
+The records live in fire order in a deque (the eviction order) and by key in a map per queue (the
+answers). A record's expiry is fixed at its fire: configuring the queue's window later does not
+move it, as it does not move a dedup entry's. Reads check the expiry against the group clock, so a
+record that expired but is not yet at the front of the order answers nothing.
+
+A cancel that removes a pending timer forgets the key's earlier fire: the key's latest event is
+then the cancel, and a second cancel answers `absent`. A reschedule keeps it, but a pending timer
+always answers first.
+
+The memory is in the snapshot, every record in order with whether it is still the key's answer,
+so a restored replica forgets the same records at the same entries as one that never restarted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from . import limits
+
+# A record: a plain tuple of atoms (untracked by the cyclic collector, like a timer). `where` is
+# the message's offset (int) for a fire, the DLQ row's id (str) for a dead-lettered timer. Its
+# strings and ints are the objects the fire already made (the txn and messageId the log holds, the
+# interned names, the offset and expiry the dedup entry holds), so a record allocates its tuple and
+# its two slots only.
+RECORD_FIELDS = ("fired_at", "expires_at", "queue", "key", "partition", "txn", "where", "message_id")
+(F_FIRED_AT, F_EXPIRES_AT, F_QUEUE, F_KEY, F_PARTITION, F_TXN, F_WHERE,
+ F_MESSAGE_ID) = range(len(RECORD_FIELDS))
+
+FIRED = "fired"
+DEAD_LETTERED = "dead_lettered"
+
+
+def record_answer(record: tuple) -> dict:
+    """The fields a cancel or a peek answers for a remembered record (docs/api.md)."""
+    where = record[F_WHERE]
+    answer = {"status": FIRED if type(where) is int else DEAD_LETTERED, "txn": record[F_TXN],
+              "partition": record[F_PARTITION], "messageId": record[F_MESSAGE_ID],
+              "firedAt": record[F_FIRED_AT]}
+    if type(where) is int:
+        answer["offset"] = where
+    else:
+        answer["dlqId"] = where
+    return answer
+
+
+class FiredMemory:
+    __slots__ = ("by_queue", "order")
+
+    def __init__(self) -> None:
+        # queue -> timerKey -> the record that answers for the key.
+        self.by_queue: dict[str, dict[str, tuple]] = {}
+        # Every record kept, in fire order (firedAt never decreases along it).
+        self.order: deque[tuple] = deque()
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def remember(self, record: tuple) -> None:
+        """Adds a record; call `trim` after the fire that made it (the bound holds between entries)."""
+        self.answers_for(record[F_QUEUE])[record[F_KEY]] = record
+        self.order.append(record)
+
+    def answers_for(self, queue: str) -> dict[str, tuple]:
+        """The queue's key map, made when missing: call it only to add a record to it."""
+        answers = self.by_queue.get(queue)
+        if answers is None:
+            answers = self.by_queue[queue] = {}
+        return answers
+
+    def find(self, queue: str, key: str, clock: int) -> tuple | None:
+        """The key's live record at `clock`, or None."""
+        answers = self.by_queue.get(queue)
+        record = None if answers is None else answers.get(key)
+        if record is None or record[F_EXPIRES_AT] <= clock:
+            return None
+        return record
+
+    def forget(self, queue: str, key: str) -> None:
+        answers = self.by_queue.get(queue)
+        if answers is not None and answers.pop(key, None) is not None and not answers:
+            del self.by_queue[queue]
+
+    def trim(self, now: int) -> None:
+        """Drop from the front every record over the count bound, expired at `now`, or no longer
+        its key's answer. Each record is dropped once: O(1) amortized per fire."""
+        order = self.order
+        # Read at call time, not imported by value, so a test can lower the bound to watch eviction.
+        bound = limits.MAX_REMEMBERED_FIRES
+        while order:
+            oldest = order[0]
+            answers = self.by_queue.get(oldest[F_QUEUE])
+            live = answers is not None and answers.get(oldest[F_KEY]) is oldest
+            if live and len(order) <= bound and oldest[F_EXPIRES_AT] > now:
+                return
+            order.popleft()
+            if live:
+                del answers[oldest[F_KEY]]
+                if not answers:
+                    del self.by_queue[oldest[F_QUEUE]]
+
+    def is_live(self, record: tuple) -> bool:
+        answers = self.by_queue.get(record[F_QUEUE])
+        return answers is not None and answers.get(record[F_KEY]) is record
+
+    def to_wire(self) -> list:
+        """Every record in order, each with whether it still answers for its key."""
+        return [[*record, self.is_live(record)] for record in self.order]
+
+    @classmethod
+    def from_wire(cls, wire: list) -> FiredMemory:
+        memory = cls()
+        for row in wire:
+            *fields, live = row
+            record = tuple(fields)
+            memory.order.append(record)
+            if live:
+                memory.by_queue.setdefault(record[F_QUEUE], {})[record[F_KEY]] = record
+        return memory
