@@ -64,7 +64,7 @@ def _refuse_taken_ports_of_stopped_nodes(config: ClusterConfig, config_path: Pat
     taken = [t for t in taken_ports(config) if t.node_id not in running]
     if not taken:
         return None
-    lines = [f"cluster {config.name!r} not started: {len(taken)} of its ports are in use"]
+    lines = [f"cluster {config.name!r} not started: {len(taken)} of its ports are in use by another process"]
     lines += [t.describe() for t in taken]
     lines.append("stop what holds them (another `cluster up`?) or change the ports in the config")
     return "\n".join(lines)

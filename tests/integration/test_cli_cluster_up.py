@@ -51,5 +51,5 @@ def test_a_node_that_exits_has_the_end_of_its_log_shown(tmp_path):
     run = cluster_up(cluster.config_path)
     assert run.returncode == 1
     assert "is up" not in run.stdout
-    assert "n1 (exit" in run.stderr and "the end of its log" in run.stderr
+    assert "exit status 1), the end of its log:" in run.stderr
     assert "  | " in run.stderr  # the log's own lines follow
