@@ -404,6 +404,7 @@ def _paths() -> dict:
         "/api/v1/admin/timers/pause": {"post": operation("Pause timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/admin/timers/resume": {"post": operation("Resume timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/usage": {"get": operation("Billed messages and counters of the tenant (admin)", usage, tag="admin")},
+        "/api/v1/admin/snapshot": {"get": _snapshot_operation()},
         "/api/v1/overview": {"get": operation(
             "The dashboard's figures of the token's tenant: nodes and groups, queues, counters, fire lag (any "
             "level that may read)", overview.ANSWER_SCHEMA, errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503))},
@@ -427,6 +428,22 @@ def _paths() -> dict:
                              "responses": {"200": {"description": "metrics",
                                                    "content": {"text/plain": {"schema": STR}}}}}},
     }
+
+
+def _snapshot_operation() -> dict:
+    """The backup read (api/snapshot_route.py): the state's snapshot bytes, described by headers."""
+    op = operation("The tenant's state as snapshot bytes, after a read barrier (admin; backups)", ANY,
+                   errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503), tag="admin")
+    headers = {name: {"schema": schema, "description": text} for name, schema, text in (
+        ("X-Queen-Tenant", STR, "the token's tenant"),
+        ("X-Queen-Applied-Index", NON_NEG, "the Raft index the state had applied"),
+        ("X-Queen-Taken-At", NON_NEG, "the node's clock when taken, ms since the epoch"),
+        ("X-Queen-Snapshot-Sha256", STR, "hex sha256 of the body"))}
+    op["responses"]["200"] = {"description": "TenantState.snapshot() bytes (msgpack + zstd), streamed",
+                              "headers": headers,
+                              "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                  "format": "binary"}}}}
+    return op
 
 
 def _test_hook_paths() -> dict:
