@@ -109,6 +109,8 @@ def test_backup_under_load_then_restore_into_empty_data_dirs(own_node_cluster, t
     assert f"[{len(TENANTS)}/{len(TENANTS)}]" in backup.stdout, backup.stdout
     assert load.acknowledged > 0
     assert pending_timers(cluster, "n1") == TIMERS  # none fell due before the backup was taken
+    status, _, body = cluster.call("n1", "GET", "/api/v1/admin/snapshot", token("acme", "read-write"))
+    assert status == 403, body  # the state of a whole tenant: admin tokens only
 
     assert cluster.stop() == {n: 0 for n in cluster.node_ids}
     shutil.rmtree(cluster.data_dir)

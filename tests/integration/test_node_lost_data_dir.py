@@ -87,10 +87,11 @@ def test_a_wiped_follower_catches_up_under_load_and_ends_equal(tmp_path):
         wait_for((cluster.data_dir / leader / "acme" / "raft.snapshot").exists, 30, "a compaction on the leader")
         shutil.rmtree(cluster.data_dir / victim)
         assert writer.is_alive(), writer.failure
+        log_before_restart = cluster.log_path(victim).stat().st_size  # the log is appended across starts
         cluster.start_node(victim)
         cluster.wait_ready()
-        wait_for(lambda: "installed a snapshot from the leader" in cluster.log_path(victim).read_text(), 30,
-                 f"{victim} to install the leader's snapshot")
+        wait_for(lambda: "installed a snapshot from the leader" in cluster.log_path(victim).read_bytes()[
+            log_before_restart:].decode("utf-8", "replace"), 30, f"{victim} to install the leader's snapshot")
         caught_up_at = writer.batches
         wait_for(lambda: writer.batches >= caught_up_at + BATCHES_AFTER_CATCH_UP or not writer.is_alive(), 60,
                  "more writes after the catch-up")
