@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, timers
+from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, snapshot_route, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.openapi_names import add_operation_ids, add_types
@@ -431,18 +431,9 @@ def _paths() -> dict:
 
 
 def _snapshot_operation() -> dict:
-    """The backup read (api/snapshot_route.py): the state's snapshot bytes, described by headers."""
     op = operation("The tenant's state as snapshot bytes, after a read barrier (admin; backups)", ANY,
                    errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503), tag="admin")
-    headers = {name: {"schema": schema, "description": text} for name, schema, text in (
-        ("X-Queen-Tenant", STR, "the token's tenant"),
-        ("X-Queen-Applied-Index", NON_NEG, "the Raft index the state had applied"),
-        ("X-Queen-Taken-At", NON_NEG, "the node's clock when taken, ms since the epoch"),
-        ("X-Queen-Snapshot-Sha256", STR, "hex sha256 of the body"))}
-    op["responses"]["200"] = {"description": "TenantState.snapshot() bytes (msgpack + zstd), streamed",
-                              "headers": headers,
-                              "content": {"application/octet-stream": {"schema": {"type": "string",
-                                                                                  "format": "binary"}}}}
+    op["responses"]["200"] = snapshot_route.OPENAPI_OK
     return op
 
 

@@ -32,6 +32,17 @@ from queen_raft.api.serving import serving_of
 UNAVAILABLE = "unavailable"
 STREAM_CHUNK_BYTES = 1 << 20
 
+# The 200 answer in the OpenAPI document (api/openapi.py): bytes, described by the headers.
+_HEADERS = (("X-Queen-Tenant", {"type": "string"}, "the token's tenant"),
+            ("X-Queen-Applied-Index", {"type": "integer", "minimum": 0}, "the Raft index the state had applied"),
+            ("X-Queen-Taken-At", {"type": "integer", "minimum": 0}, "the node's clock when taken, ms since the epoch"),
+            ("X-Queen-Snapshot-Sha256", {"type": "string"}, "hex sha256 of the body"))
+OPENAPI_OK = {
+    "description": "TenantState.snapshot() bytes (msgpack + zstd), streamed",
+    "headers": {name: {"schema": schema, "description": text} for name, schema, text in _HEADERS},
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+
 
 class SnapshotFailed(Exception):
     """The forked encoder did not finish; the node goes on serving."""
