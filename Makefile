@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
-.PHONY: venv venv-runtime test test-unit test-integration test-wheel test-flood cluster cluster-status bench bench-state clean
+.PHONY: venv venv-runtime test test-unit test-integration test-wheel test-flood cluster cluster-status bench bench-state bench-backup clean
 
 # With the test extras (`make test`); `make cluster` needs the runtime dependencies only.
 venv: $(STAMP)
@@ -76,6 +76,10 @@ bench: venv
 
 bench-state: venv
 	$(BIN)/python bench/state_bench.py
+
+# Backup and restore of 1,000,000 pending timers through real commands (bench/README.md).
+bench-backup: venv
+	$(BIN)/python bench/backup_restore.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from queen_raft.api import snapshot_route
 from queen_raft.api.auth import Access, require
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.requests import json_response
@@ -55,3 +56,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/admin/timers/pause", post_pause)
     app.router.add_post("/api/v1/admin/timers/resume", post_resume)
     app.router.add_get("/api/v1/usage", get_usage)
+    snapshot_route.add_routes(app)

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, timers
+from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, snapshot_route, timers
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.openapi_names import add_operation_ids, add_types
@@ -404,6 +404,7 @@ def _paths() -> dict:
         "/api/v1/admin/timers/pause": {"post": operation("Pause timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/admin/timers/resume": {"post": operation("Resume timer scheduling (admin)", paused, tag="admin")},
         "/api/v1/usage": {"get": operation("Billed messages and counters of the tenant (admin)", usage, tag="admin")},
+        "/api/v1/admin/snapshot": {"get": _snapshot_operation()},
         "/api/v1/overview": {"get": operation(
             "The dashboard's figures of the token's tenant: nodes and groups, queues, counters, fire lag (any "
             "level that may read)", overview.ANSWER_SCHEMA, errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503))},
@@ -427,6 +428,13 @@ def _paths() -> dict:
                              "responses": {"200": {"description": "metrics",
                                                    "content": {"text/plain": {"schema": STR}}}}}},
     }
+
+
+def _snapshot_operation() -> dict:
+    op = operation("The tenant's state as snapshot bytes, after a read barrier (admin; backups)", ANY,
+                   errors=(UNAUTHORIZED, FORBIDDEN, UNAVAILABLE_503), tag="admin")
+    op["responses"]["200"] = snapshot_route.OPENAPI_OK
+    return op
 
 
 def _test_hook_paths() -> dict:

@@ -31,6 +31,7 @@ OPERATION_IDS = {
     ("post", "/api/v1/admin/timers/pause"): "pauseScheduling",
     ("post", "/api/v1/admin/timers/resume"): "resumeScheduling",
     ("get", "/api/v1/usage"): "usage",
+    ("get", "/api/v1/admin/snapshot"): "tenantSnapshot",
     ("get", "/api/v1/openapi.json"): "openapiDocument",
     ("get", "/health"): "health",
     ("get", "/metrics"): "metrics",

@@ -326,7 +326,11 @@ class SnapshotSerializer:
         # A local writer still running holds an older state than the leader's: publishing it after
         # this one would put the snapshot behind the journal that the install is about to clear.
         self._kill_writer()
-        return self._publish(receiving_path)
+        published = self._publish(receiving_path)
+        if published:
+            # An operator replacing a machine watches for this line: the install, then the log.
+            log.info("installed a snapshot from the leader into %s", self._file_name)
+        return published
 
     def _close_incoming(self) -> None:
         if self._incoming is not None:
