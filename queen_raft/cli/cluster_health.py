@@ -8,15 +8,18 @@ import urllib.request
 from pathlib import Path
 
 from queen_raft.cli.node_pids import running_pid
+from queen_raft.client.tls import client_ssl_context
 from queen_raft.config import ClusterConfig
 
 HEALTH_TIMEOUT_S = 2.0
 
 
 def fetch_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[int, dict | None]:
-    """(HTTP status, body) of GET /health; (0, None) when the node does not answer."""
+    """(HTTP status, body) of GET /health; (0, None) when the node does not answer. An https://
+    node is verified against QUEEN_CACERT (or the system's trust store)."""
+    context = client_ssl_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s, context=context) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
