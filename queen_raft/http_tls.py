@@ -3,7 +3,8 @@ cluster reachable off loopback serves HTTPS.
 
 The node serves HTTPS only when `http_tls_cert` and `http_tls_key` are set (PEM files; TLS 1.2 or
 newer). Clients (the SDK, the CLI, a node asking its peers' /health) verify the nodes' certificates
-against a CA file: `cafile=`, `--cacert` or QUEEN_CACERT, else the system's trust store.
+against a CA file: `cafile=`, `--cacert` or QUEEN_CACERT, else the system's trust store
+(queen_raft/client/tls.py).
 
 A node whose config names any address that is not loopback refuses to start without TLS (exit 78,
 sysexits' EX_CONFIG): bearer tokens and payloads would cross the network in cleartext. Only
@@ -16,10 +17,7 @@ from __future__ import annotations
 import logging
 import ssl
 
-from queen_raft.client.tls import client_ssl_context
 from queen_raft.config import ClusterConfig, is_loopback_host
-
-__all__ = ["check_http_tls", "client_ssl_context", "refuse_to_start_without_tls", "server_ssl_context"]
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +60,16 @@ def check_http_tls(config: ClusterConfig) -> None:
 
 def server_ssl_context(config: ClusterConfig) -> ssl.SSLContext | None:
     """The node's context (TLS 1.2 or newer), or None when it serves plain HTTP."""
-    if not tls_enabled(config):
+    cert, key = config.settings.http_tls_cert, config.settings.http_tls_key
+    if not cert or not key:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(config.settings.http_tls_cert, config.settings.http_tls_key)
+        context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsConfigError(f"cannot load the HTTP TLS certificate {config.settings.http_tls_cert} and key "
-                             f"{config.settings.http_tls_key} (http_tls_cert, http_tls_key): {exc}") from None
+        raise TlsConfigError(f"cannot load the HTTP TLS certificate {cert} and key {key} "
+                             f"(http_tls_cert, http_tls_key): {exc}") from None
     return context
 
 
