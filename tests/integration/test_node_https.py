@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -20,6 +22,9 @@ from cluster_fixture import REPO, NodeCluster, token
 from tls_certs import make_certificates
 from queen_raft.client import ConnectionFailed, Queen, RetryPolicy
 from queen_raft.client.tls import client_ssl_context
+
+
+HEADER_TIMEOUT_S = 1.0
 
 
 class HttpsCluster(NodeCluster):
@@ -36,7 +41,8 @@ def https_cluster(tmp_path_factory):
     urllib.request.install_opener(urllib.request.build_opener(
         urllib.request.HTTPSHandler(context=client_ssl_context(str(cafile)))))
     cluster = HttpsCluster(directory, settings={"http_tls_cert": str(certs["loopback"].cert),
-                                                "http_tls_key": str(certs["loopback"].key)},
+                                                "http_tls_key": str(certs["loopback"].key),
+                                                "http_header_timeout_s": HEADER_TIMEOUT_S},
                            env={"QUEEN_CACERT": str(cafile)})
     try:
         cluster.start()
@@ -120,3 +126,13 @@ def test_client_ssl_context_takes_the_ca_from_the_environment(https_cluster, mon
     monkeypatch.setenv("QUEEN_CACERT", str(cafile))
     with urllib.request.urlopen(f"{cluster.url('n3')}/health", timeout=5, context=client_ssl_context()) as answer:
         assert answer.status == 200
+
+
+def test_a_connection_that_never_completes_its_tls_handshake_is_closed_after_the_header_timeout(https_cluster):
+    """asyncio would hold it 60 s, and aiohttp's own timers start only after the handshake."""
+    cluster, _ = https_cluster
+    with socket.create_connection(("127.0.0.1", cluster.http_ports["n1"]), timeout=30) as silent:
+        started = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the node
+        waited = time.monotonic() - started
+    assert HEADER_TIMEOUT_S * 0.5 <= waited < HEADER_TIMEOUT_S + 5, waited
