@@ -14,6 +14,7 @@ import os
 import sys
 
 from queen_raft.cli.cluster import add_cluster_commands
+from queen_raft.cli.cluster_health import export_cacert
 from queen_raft.cli.kv import add_kv_commands
 from queen_raft.cli.messages import add_message_commands
 from queen_raft.cli.operator import add_operator_commands
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    export_cacert(args)
     logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -87,6 +87,14 @@ def test_plain_http_gets_no_answer_on_the_https_port(https_cluster):
         urllib.request.urlopen(plain, timeout=5)
 
 
+def test_cluster_status_without_the_ca_reaches_no_node(https_cluster):
+    cluster, _ = https_cluster
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_CACERT"}
+    result = subprocess.run([sys.executable, "-m", "queen_raft", "cluster", "status", "--config", str(cluster.config_path)],
+                            capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert result.returncode == 1 and result.stdout.count("no answer from https://") == 3, result.stdout
+
+
 def test_the_cli_pops_with_cacert(https_cluster):
     cluster, cafile = https_cluster
     status, _, _ = cluster.call("n1", "POST", "/api/v1/push", token("acme", "read-write"),
@@ -111,11 +119,16 @@ def test_the_overview_reaches_every_peer_over_https(https_cluster):
         (node_id, "https", True) for node_id in cluster.node_ids}
 
 
-def test_cluster_status_polls_the_nodes_over_https(https_cluster):
+@pytest.mark.parametrize("ca_by", ["--cacert", "QUEEN_CACERT"])
+def test_cluster_status_polls_the_nodes_over_https(https_cluster, ca_by):
     cluster, cafile = https_cluster
-    env = {**os.environ, "QUEEN_CACERT": str(cafile)}
-    result = subprocess.run([sys.executable, "-m", "queen_raft", "cluster", "status", "--config", str(cluster.config_path)],
-                            capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_CACERT"}
+    args = [sys.executable, "-m", "queen_raft", "cluster", "status", "--config", str(cluster.config_path)]
+    if ca_by == "--cacert":
+        args += ["--cacert", str(cafile)]
+    else:
+        env["QUEEN_CACERT"] = str(cafile)
+    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no answer" not in result.stdout and "leader" in result.stdout, result.stdout
     assert all(node_id in result.stdout for node_id in cluster.node_ids)
