@@ -144,6 +144,22 @@ class BridgeCapture:
         for sock in self.sockets:
             sock.close()
 
+    def tcp_payload_bytes(self, port: int) -> int:
+        """TCP payload bytes seen to or from `port` (IPv4 over Ethernet): which traffic was there."""
+        total = 0
+        for frame in self.frames:
+            if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != 6:  # IPv4, TCP
+                continue
+            ip_start, ip_header = 14, (frame[14] & 0x0F) * 4
+            ip_total = int.from_bytes(frame[16:18], "big")
+            tcp = ip_start + ip_header
+            if len(frame) < tcp + 20:
+                continue
+            ports = int.from_bytes(frame[tcp:tcp + 2], "big"), int.from_bytes(frame[tcp + 2:tcp + 4], "big")
+            if port in ports:
+                total += ip_total - ip_header - (frame[tcp + 12] >> 4) * 4
+        return total
+
     def contains(self, needle: bytes) -> bool:
         """In one frame, or across consecutive frames (a needle straddling a TCP segment boundary)."""
         return any(needle in frame for frame in self.frames) or needle in b"".join(self.frames)
