@@ -11,7 +11,7 @@ from pathlib import Path
 
 from queen_raft.cli.node_pids import running_pid
 from queen_raft.client.tls import CACERT_ENV, client_ssl_context
-from queen_raft.config import ClusterConfig
+from queen_raft.config import ClusterConfig, ConfigError
 
 HEALTH_TIMEOUT_S = 2.0
 
@@ -26,10 +26,16 @@ def add_cacert_options(cluster_commands: argparse._SubParsersAction) -> None:
 
 def export_cacert(args: argparse.Namespace) -> None:
     """`--cacert` becomes this process's QUEEN_CACERT: every health poll reads it, and the nodes
-    that `cluster up|start|restart` launch inherit it for their calls to one another."""
+    that `cluster up|start|restart` launch inherit it for their calls to one another. A CA file
+    that cannot be read stops the command here, instead of every node reading as unreachable."""
     cacert = getattr(args, "cacert", None)
     if cacert:
         os.environ[CACERT_ENV] = str(cacert)
+    if os.environ.get(CACERT_ENV):
+        try:
+            client_ssl_context()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def fetch_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[int, dict | None]:

@@ -40,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    export_cacert(args)
     logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        export_cacert(args)
         if args.command == "node" and args.id is None:
             config = load_config(args.config)
             if len(config.nodes) != 1:

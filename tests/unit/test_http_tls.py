@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from queen_raft.client.tls import client_ssl_context
 from queen_raft.config import parse_config
 from queen_raft.http_tls import EXIT_CONFIG, TlsConfigError, check_http_tls, server_ssl_context
 
@@ -94,3 +96,27 @@ def test_the_node_exits_78_when_its_certificate_cannot_be_loaded(tmp_path):
     result = _run_node(tmp_path, f'http_tls_cert = "{tmp_path}/no.pem"\nhttp_tls_key = "{tmp_path}/no.key"')
     assert result.returncode == 78, result.stderr
     assert "cannot load the HTTP TLS certificate" in result.stderr
+
+
+def test_a_ca_file_that_cannot_be_read_is_a_value_error_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    for bad in (tmp_path / "missing.pem", tmp_path / "junk.pem"):
+        with pytest.raises(ValueError, match=f"cannot use the CA file {bad}"):
+            client_ssl_context(str(bad))
+    monkeypatch.setenv("QUEEN_CACERT", str(tmp_path / "missing.pem"))
+    with pytest.raises(ValueError, match="QUEEN_CACERT"):
+        client_ssl_context()
+
+
+@pytest.mark.parametrize("how", ["--cacert", "QUEEN_CACERT"])
+def test_the_cli_refuses_a_ca_file_it_cannot_read_with_exit_2(tmp_path, how):
+    missing = str(tmp_path / "missing.pem")
+    args = [sys.executable, "-m", "queen_raft", "cluster", "status", "--config", str(REPO / "cluster_configs" / "local-3.toml")]
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_CACERT"}
+    if how == "--cacert":
+        args += ["--cacert", missing]
+    else:
+        env["QUEEN_CACERT"] = missing
+    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"cannot use the CA file {missing}" in result.stderr and "Traceback" not in result.stderr
