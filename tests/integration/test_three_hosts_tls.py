@@ -5,9 +5,8 @@ need the password (pysyncobj encrypts the peer traffic with it), and tokens are 
 A client in a fourth namespace schedules through host 1 and pops the fired message on host 3
 (the CLI, with --cacert); then a writer pushes while the leader is killed with SIGKILL (about 10
 pushes before, 20 after): every acknowledged push is there exactly once after another host takes
-over. Every frame on the bridge
-is captured meanwhile: neither the payloads' marker nor the token crosses in cleartext, while a
-marker sent in cleartext on purpose is seen (the capture works).
+over. Every frame on the bridge is captured meanwhile: neither the payloads' marker nor the token
+crosses in cleartext, while a marker sent in cleartext on purpose is seen (the capture works).
 """
 
 from __future__ import annotations
