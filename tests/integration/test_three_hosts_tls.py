@@ -24,6 +24,8 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -123,77 +125,104 @@ async def schedule_on_h1(cafile: Path, token: str, marker: str) -> None:
         await queen.timer("reminders").key("k1").delay("200ms").payload({"marker": marker}).schedule()
 
 
+@dataclass
+class Hosts:
+    """One run: the lab, a thread in the client namespace, and what the nodes were given."""
+
+    lab: NetnsLab
+    client: ThreadPoolExecutor
+    cafile: Path
+    token: str
+    marker: str
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def on_client(self, function, *args):
+        return self.client.submit(function, *args).result()
+
+
+def start_nodes(hosts: Hosts, workdir: Path, certs: dict) -> None:
+    config = workdir / "cluster.toml"
+    write_config(config, workdir / "data", hosts.token, raft_password=secrets.token_urlsafe(32))
+    for node in NODES:
+        env = {**os.environ, "QUEEN_HTTP_TLS_CERT": str(certs[node].cert), "QUEEN_HTTP_TLS_KEY": str(certs[node].key),
+               "QUEEN_CACERT": str(hosts.cafile)}
+        with open(workdir / f"{node}.log", "ab") as log:
+            hosts.processes[node] = subprocess.Popen(
+                hosts.lab.command(node, sys.executable, "-m", "queen_raft", "node", "--config", str(config), "--id", node),
+                stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+
+
+def check_timer_scheduled_on_h1_pops_on_h3(hosts: Hosts) -> None:
+    """Scheduled through host 1 over HTTPS (the SDK); the fired message popped on host 3 (the CLI)."""
+    hosts.on_client(asyncio.run, schedule_on_h1(hosts.cafile, hosts.token, hosts.marker))
+    popped = subprocess.run(
+        hosts.lab.command("client", sys.executable, "-m", "queen_raft", "pop", "reminders", "--url", url("h3"),
+                          "--cacert", str(hosts.cafile), "--token", hosts.token, "--wait", "5s", "--auto-ack", "-o", "json"),
+        capture_output=True, text=True, cwd=REPO, timeout=30, env={**os.environ, "QUEEN_CACERT": ""})
+    assert popped.returncode == 0, popped.stderr
+    assert [m["payload"] for m in json.loads(popped.stdout)["messages"]] == [{"marker": hosts.marker}]
+
+
+def check_leader_killed_mid_writes(hosts: Hosts) -> None:
+    """A survivor takes over, and every acknowledged push is there exactly once."""
+    leader = hosts.on_client(wait_for_leader, list(NODES), hosts.cafile)
+    started, killed = threading.Event(), threading.Event()
+    writer = hosts.client.submit(asyncio.run, push_while_failing_over(hosts.cafile, hosts.token, hosts.marker,
+                                                                      started, killed))
+    assert started.wait(READY_TIMEOUT_S), "the writer did not get going"
+    hosts.processes[leader].send_signal(signal.SIGKILL)
+    killed.set()
+    hosts.processes[leader].wait(timeout=10)
+    acked, unknown = writer.result(timeout=60)
+    assert len(acked) + len(unknown) < MAX_WRITES, "the writer stopped before writing past the kill"
+    survivors = [n for n in NODES if n != leader]
+    assert hosts.on_client(wait_for_leader, survivors, hosts.cafile, leader) in survivors
+    counts = Counter(hosts.on_client(asyncio.run, drain(survivors, hosts.cafile, hosts.token)))
+    assert [seq for seq in acked if counts[seq] != 1] == [], f"acknowledged pushes lost or doubled: {counts}"
+    assert set(counts) <= set(acked) | set(unknown) and max(counts.values()) == 1
+    assert len(unknown) <= 2, f"too many pushes failed across one failover: {unknown}"
+
+
+def check_nothing_in_cleartext(hosts: Hosts, capture: BridgeCapture) -> None:
+    # A marker sent in cleartext is seen on the bridge: the capture works.
+    control = f"cleartext-{secrets.token_hex(8)}".encode()
+    hosts.on_client(_send_udp, control, HOSTS["h1"])
+    deadline = time.monotonic() + 5
+    while not capture.contains(control) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    capture.stop()
+    assert capture.contains(control), "the capture did not see a cleartext datagram"
+    # The checks below looked at real traffic: HTTPS to the nodes and Raft between them.
+    assert capture.tcp_payload_bytes(HTTP_PORT) > 10_000, capture.tcp_payload_bytes(HTTP_PORT)
+    assert capture.tcp_payload_bytes(RAFT_PORT) > 10_000, capture.tcp_payload_bytes(RAFT_PORT)
+    assert not capture.contains(hosts.marker.encode()), "a payload crossed the bridge in cleartext"
+    assert not capture.contains(hosts.token.encode()), "the token crossed the bridge in cleartext"
+
+
 def test_three_hosts_over_tls_fail_over_without_loss_and_nothing_in_cleartext(tmp_path):
     lab = NetnsLab(tag=secrets.token_hex(3), hosts=HOSTS)
-    processes: dict[str, subprocess.Popen] = {}
+    hosts: Hosts | None = None
     capture: BridgeCapture | None = None
-    client = None
-    token, marker = f"tok-{secrets.token_hex(16)}", f"payload-{secrets.token_hex(16)}"
     try:
         lab.setup()
         cafile, certs = make_certificates(tmp_path / "tls", {n: HOSTS[n] for n in NODES})
-        config = tmp_path / "cluster.toml"
-        write_config(config, tmp_path / "data", token, raft_password=secrets.token_urlsafe(32))
+        hosts = Hosts(lab=lab, client=lab.executor("client"), cafile=cafile,
+                      token=f"tok-{secrets.token_hex(16)}", marker=f"payload-{secrets.token_hex(16)}")
         capture = BridgeCapture([lab.port(h) for h in HOSTS]).start()
-        for node in NODES:
-            env = {**os.environ, "QUEEN_HTTP_TLS_CERT": str(certs[node].cert), "QUEEN_HTTP_TLS_KEY": str(certs[node].key),
-                   "QUEEN_CACERT": str(cafile)}
-            with open(tmp_path / f"{node}.log", "ab") as log:
-                processes[node] = subprocess.Popen(
-                    lab.command(node, sys.executable, "-m", "queen_raft", "node", "--config", str(config), "--id", node),
-                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-        client = lab.executor("client")
-        client.submit(wait_for_leader, list(NODES), cafile).result()
-
-        # Scheduled through host 1 over HTTPS; the fired message popped on host 3 with the CLI.
-        client.submit(asyncio.run, schedule_on_h1(cafile, token, marker)).result()
-        popped = subprocess.run(
-            lab.command("client", sys.executable, "-m", "queen_raft", "pop", "reminders", "--url", url("h3"),
-                        "--cacert", str(cafile), "--token", token, "--wait", "5s", "--auto-ack", "-o", "json"),
-            capture_output=True, text=True, cwd=REPO, timeout=30, env={**os.environ, "QUEEN_CACERT": ""})
-        assert popped.returncode == 0, popped.stderr
-        assert [m["payload"] for m in json.loads(popped.stdout)["messages"]] == [{"marker": marker}]
-
-        # SIGKILL the leader mid-writes: a survivor takes over, every acknowledged push is kept once.
-        leader = client.submit(wait_for_leader, list(NODES), cafile).result()
-        started, killed = threading.Event(), threading.Event()
-        writer = client.submit(asyncio.run, push_while_failing_over(cafile, token, marker, started, killed))
-        assert started.wait(READY_TIMEOUT_S), "the writer did not get going"
-        processes[leader].send_signal(signal.SIGKILL)
-        killed.set()
-        processes[leader].wait(timeout=10)
-        acked, unknown = writer.result(timeout=60)
-        assert len(acked) + len(unknown) < MAX_WRITES, "the writer stopped before writing past the kill"
-        survivors = [n for n in NODES if n != leader]
-        new_leader = client.submit(wait_for_leader, survivors, cafile, leader).result()
-        assert new_leader in survivors
-        counts = Counter(client.submit(asyncio.run, drain(survivors, cafile, token)).result())
-        assert [seq for seq in acked if counts[seq] != 1] == [], f"acknowledged pushes lost or doubled: {counts}"
-        assert set(counts) <= set(acked) | set(unknown) and max(counts.values()) == 1
-        assert len(unknown) <= 2, f"too many pushes failed across one failover: {unknown}"
-
-        # A marker sent in cleartext is seen on the bridge: the capture works.
-        control = f"cleartext-{secrets.token_hex(8)}".encode()
-        client.submit(_send_udp, control, HOSTS["h1"]).result()
-        deadline = time.monotonic() + 5
-        while not capture.contains(control) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        capture.stop()
-        assert capture.contains(control), "the capture did not see a cleartext datagram"
-        # The checks below looked at real traffic: HTTPS to the nodes and Raft between them.
-        assert capture.tcp_payload_bytes(HTTP_PORT) > 10_000, capture.tcp_payload_bytes(HTTP_PORT)
-        assert capture.tcp_payload_bytes(RAFT_PORT) > 10_000, capture.tcp_payload_bytes(RAFT_PORT)
-        assert not capture.contains(marker.encode()), "a payload crossed the bridge in cleartext"
-        assert not capture.contains(token.encode()), "the token crossed the bridge in cleartext"
+        start_nodes(hosts, tmp_path, certs)
+        hosts.on_client(wait_for_leader, list(NODES), cafile)
+        check_timer_scheduled_on_h1_pops_on_h3(hosts)
+        check_leader_killed_mid_writes(hosts)
+        check_nothing_in_cleartext(hosts, capture)
     finally:
-        if client is not None:
-            client.shutdown(wait=False)
         if capture is not None:
             capture.stop()
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=10)
+        if hosts is not None:
+            hosts.client.shutdown(wait=False)
+            for process in hosts.processes.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=10)
         lab.teardown()
 
 
