@@ -34,6 +34,9 @@ OPERATION_IDS = {
     ("get", "/api/v1/openapi.json"): "openapiDocument",
     ("get", "/health"): "health",
     ("get", "/metrics"): "metrics",
+    ("get", "/api/v1/overview"): "overview",
+    ("get", "/dashboard"): "dashboardPage",
+    ("get", "/dashboard/{name}"): "dashboardFile",
 }
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (type(None), "null"),
