@@ -149,3 +149,10 @@ def test_a_connection_that_never_completes_its_tls_handshake_is_closed_after_the
         assert silent.recv(1) == b""  # closed by the node
         waited = time.monotonic() - started
     assert HEADER_TIMEOUT_S * 0.5 <= waited < HEADER_TIMEOUT_S + 5, waited
+
+
+def test_the_openapi_document_names_the_https_address_it_was_fetched_from(https_cluster):
+    cluster, _ = https_cluster
+    status, _, document = cluster.call("n2", "GET", "/api/v1/openapi.json")
+    assert status == 200
+    assert document["servers"] == [{"url": cluster.url("n2")}]
