@@ -61,6 +61,15 @@ def _parse_str(text: str) -> str:
     return text
 
 
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(text)
+
+
 def _parse_optional_int(text: str) -> int | None:
     """`none`, `off` or an empty value mean "no limit"."""
     stripped = text.strip().lower()
@@ -116,6 +125,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 def _optional_str(value: Any) -> str | None:
     return None if value is None or isinstance(value, str) else "must be a string"
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
 
 
 def _encryption_key(value: Any) -> str | None:
@@ -183,6 +196,11 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("http_header_timeout_s", "QUEEN_HTTP_HEADER_TIMEOUT_S", 10.0, _parse_float, _positive_float),
     # A request body must arrive within this once its route reads it (408 past it).
     _SettingSpec("http_body_timeout_s", "QUEEN_HTTP_BODY_TIMEOUT_S", 30.0, _parse_float, _positive_float),
+    # HTTPS (queen_raft/http_tls.py): PEM paths; with both set the node serves HTTPS only.
+    _SettingSpec("http_tls_cert", "QUEEN_HTTP_TLS_CERT", None, _parse_str, _optional_str),
+    _SettingSpec("http_tls_key", "QUEEN_HTTP_TLS_KEY", None, _parse_str, _optional_str),
+    # Serve plain HTTP although an address is not loopback (a warning in the log, see http_tls.py).
+    _SettingSpec("allow_plaintext_http", "QUEEN_ALLOW_PLAINTEXT_HTTP", False, _parse_bool, _bool),
 )
 
 
@@ -220,6 +238,9 @@ class Settings:
     http_keepalive_timeout_s: float = 60.0
     http_header_timeout_s: float = 10.0
     http_body_timeout_s: float = 30.0
+    http_tls_cert: str | None = None
+    http_tls_key: str | None = None
+    allow_plaintext_http: bool = False
 
     def fire_policy(self) -> dict[str, int]:
         """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""
@@ -260,10 +281,11 @@ class NodeConfig:
     http_port: int
     raft_port: int
     dial: tuple[DialRoute, ...] = ()
+    scheme: str = "http"  # "https" when the cluster's settings name a TLS certificate
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{self.scheme}://{self.host}:{self.http_port}"
 
     def raft_addr(self, tenant_index: int) -> str:
         """Tenant i's group listens on raft_port + i (docs/spec.md section 6)."""
@@ -569,6 +591,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     _check_dial_targets(nodes, len(tenants), taken, source)
 
     settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
+    if settings.http_tls_cert:
+        nodes = [replace(node, scheme="https") for node in nodes]
 
     # Every address in the config (docs/spec.md section 7): the nodes' and their dial targets.
     all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(

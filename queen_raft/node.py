@@ -10,6 +10,7 @@ import asyncio
 import gc
 import logging
 import signal
+import ssl
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
 from queen_raft.config import ClusterConfig, NodeConfig, Settings
+from queen_raft.http_tls import refuse_to_start_without_tls
 from queen_raft.peer_password import resolve_raft_password
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
 from queen_raft.raft.damaged import DamagedDataError, on_runtime_damage, remove_runtime_damage_listener
@@ -100,6 +102,7 @@ class NodeProcess:
     serving: ServingNode
     missing_key: MissingEncryptionKey | None = None
     damaged: DamagedDataError | None = None
+    ssl_context: ssl.SSLContext | None = None  # HTTPS when set (http_tls.py)
 
 
 def _destroy_groups(groups: dict[str, TenantGroup]) -> None:
@@ -229,10 +232,10 @@ async def serve(process: NodeProcess) -> None:
     guard_against_descriptor_floods(app, loop, len(process.groups))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
-    site = LimitedSite(runner, app[CONNECTIONS_KEY], host=process.node.host, port=process.node.http_port)
+    site = LimitedSite(runner, app[CONNECTIONS_KEY], host=process.node.host, port=process.node.http_port,
+                       ssl_context=process.ssl_context)
     await site.start()
-    log.info("node %s serving http://%s:%s (tenants: %s)", process.node.id, process.node.host,
-             process.node.http_port, ", ".join(process.groups))
+    log.info("node %s serving %s (tenants: %s)", process.node.id, process.node.http_url, ", ".join(process.groups))
     key_check = asyncio.create_task(refuse_to_run_without_key(process, stop))
 
     def stop_on_damage(error: DamagedDataError) -> None:  # any thread: an entry read back failed its check
@@ -278,8 +281,10 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
     """Serves on the stdlib asyncio loop, not uvloop: uvloop made single-op schedules no faster
     (docs/performance.md), and its clock and timers have 1 ms resolution and a cached "now", which
     the tick loop's minimum gap between ticks is measured with, and its socket writes hold the GIL."""
+    ssl_context = refuse_to_start_without_tls(config)
     try:
         process = build_node(config, node_id)
+        process.ssl_context = ssl_context
     except DamagedDataError as exc:
         log.critical("node %s refuses to start: %s", node_id, exc)
         raise SystemExit(damaged_data_exit_code(exc)) from None

@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import resource
+import ssl
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -182,15 +183,16 @@ class LimitedSite(web.BaseSite):
     """A TCP site whose connections pass through a ConnectionLimiter."""
 
     def __init__(self, runner: web.BaseRunner, limiter: ConnectionLimiter, host: str, port: int,
-                 shutdown_timeout: float = 60.0, backlog: int = LISTEN_BACKLOG):
-        super().__init__(runner, shutdown_timeout=shutdown_timeout, backlog=backlog)
+                 shutdown_timeout: float = 60.0, backlog: int = LISTEN_BACKLOG,
+                 ssl_context: ssl.SSLContext | None = None):
+        super().__init__(runner, shutdown_timeout=shutdown_timeout, ssl_context=ssl_context, backlog=backlog)
         self._limiter = limiter
         self._host = host
         self._port = port
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
 
     @property
     def port(self) -> int:
@@ -204,7 +206,9 @@ class LimitedSite(web.BaseSite):
         self._limiter.start(loop)
         self._server = await loop.create_server(
             self._limiter.protocol_factory(self._runner.server), self._host, self._port,
-            backlog=self._backlog, reuse_address=True)
+            backlog=self._backlog, reuse_address=True, ssl=self._ssl_context,
+            # A TLS handshake is part of a request head: it gets the head's time, not asyncio's 60 s.
+            ssl_handshake_timeout=self._limiter.header_timeout_s if self._ssl_context else None)
 
     async def stop(self) -> None:
         self._limiter.stop()

@@ -25,6 +25,7 @@ from queen_raft.api.group_calls import read
 from queen_raft.api.health import APPLY_WATCH_KEY, health_body
 from queen_raft.api.requests import json_response
 from queen_raft.api.serving import ServingNode, serving_of
+from queen_raft.client.tls import client_ssl_context
 from queen_raft.clock import wall_ms
 from queen_raft.config import ClusterConfig
 from queen_raft.state.summary import queue_summaries
@@ -50,7 +51,9 @@ async def node_views(serving: ServingNode, own_health: dict) -> list[dict]:
     answers: list[dict] = []
     if peers:
         timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        # https:// peers are verified against QUEEN_CACERT (or the system's trust store).
+        connector = aiohttp.TCPConnector(ssl=client_ssl_context())
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             answers = list(await asyncio.gather(*(peer_health(session, node.http_url) for node in peers)))
     by_id = {serving.node_id: own_health, **{node.id: answer for node, answer in zip(peers, answers)}}
     views = []

@@ -56,7 +56,6 @@ def add_backup_commands(cluster_sub: argparse._SubParsersAction) -> None:
     backup.add_argument("--token", action="append", default=[], metavar="TENANT=TOKEN",
                         help="an admin token of the tenant (repeat per tenant; default: a plaintext admin "
                              "token of the config)")
-    backup.add_argument("--cacert", default=None, help="CA file to verify the nodes' HTTPS certificates")
     backup.set_defaults(handler=cmd_backup)
     restore = cluster_sub.add_parser("restore", help="seed the empty data dirs of a stopped cluster from a backup")
     restore.add_argument("--config", type=Path, required=True)

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from queen_raft.cli.backup import add_backup_commands
-from queen_raft.cli.cluster_health import cluster_status_lines, fetch_health
+from queen_raft.cli.cluster_health import add_cacert_options, cluster_status_lines, fetch_health
 from queen_raft.cli.cluster_up import run_cluster
 from queen_raft.cli.node_control import add_node_control_commands
 from queen_raft.cli.rolling import add_rolling_restart_command
@@ -55,3 +55,4 @@ def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
     add_node_control_commands(cluster_sub)
     add_rolling_restart_command(cluster_sub)
     add_backup_commands(cluster_sub)
+    add_cacert_options(cluster_sub)

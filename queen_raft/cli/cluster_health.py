@@ -2,21 +2,48 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from queen_raft.cli.node_pids import running_pid
-from queen_raft.config import ClusterConfig
+from queen_raft.client.tls import CACERT_ENV, client_ssl_context
+from queen_raft.config import ClusterConfig, ConfigError
 
 HEALTH_TIMEOUT_S = 2.0
 
 
+def add_cacert_options(cluster_commands: argparse._SubParsersAction) -> None:
+    """`--cacert FILE` on every `cluster` command, for a cluster that serves HTTPS."""
+    for parser in cluster_commands.choices.values():
+        parser.add_argument("--cacert", default=None, metavar="FILE",
+                            help="PEM file of the CA that signed the nodes' certificates, for a cluster over "
+                                 f"HTTPS (default: {CACERT_ENV}, else the system's trust store)")
+
+
+def export_cacert(args: argparse.Namespace) -> None:
+    """`--cacert` becomes this process's QUEEN_CACERT: every health poll reads it, and the nodes
+    that `cluster up|start|restart` launch inherit it for their calls to one another. A CA file
+    that cannot be read stops the command here, instead of every node reading as unreachable."""
+    cacert = getattr(args, "cacert", None)
+    if cacert:
+        os.environ[CACERT_ENV] = str(cacert)
+    if os.environ.get(CACERT_ENV):
+        try:
+            client_ssl_context()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
 def fetch_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[int, dict | None]:
-    """(HTTP status, body) of GET /health; (0, None) when the node does not answer."""
+    """(HTTP status, body) of GET /health; (0, None) when the node does not answer. An https://
+    node is verified against QUEEN_CACERT (or the system's trust store)."""
+    context = client_ssl_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s, context=context) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:

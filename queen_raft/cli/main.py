@@ -14,6 +14,7 @@ import os
 import sys
 
 from queen_raft.cli.cluster import add_cluster_commands
+from queen_raft.cli.cluster_health import export_cacert
 from queen_raft.cli.kv import add_kv_commands
 from queen_raft.cli.messages import add_message_commands
 from queen_raft.cli.operator import add_operator_commands
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        export_cacert(args)
         if args.command == "node" and args.id is None:
             config = load_config(args.config)
             if len(config.nodes) != 1:

@@ -83,7 +83,7 @@ def run_client_command(args: argparse.Namespace) -> int:
     call: ClientCall = args.client_call
 
     async def run() -> Any:
-        async with Queen(urls=urls, token=token, retry=RetryPolicy(budget_s=args.retry_budget)) as q:
+        async with Queen(urls=urls, token=token, retry=RetryPolicy(budget_s=args.retry_budget), cafile=args.cacert) as q:
             return await call(q, args)
 
     try:
@@ -115,6 +115,9 @@ def connection_options() -> argparse.ArgumentParser:
     common.add_argument("--url", action="append", default=None,
                         help=f"a node's URL, repeatable for failover (default: {URL_ENV}, comma-separated)")
     common.add_argument("--token", default=None, help=f"bearer token (default: {TOKEN_ENV})")
+    common.add_argument("--cacert", default=None, metavar="FILE",
+                        help="PEM file of the CA that signed the nodes' certificates, for https:// URLs "
+                             "(default: QUEEN_CACERT, else the system's trust store)")
     common.add_argument("--retry-budget", type=float, default=CLI_RETRY_BUDGET_S, metavar="SECONDS",
                         help="give up retrying 503s and unreachable nodes after this long")
     common.add_argument("--output", "-o", choices=("json", "table"), default=None,

@@ -52,13 +52,16 @@ class Queen:
                  retry: RetryPolicy | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  session: aiohttp.ClientSession | None = None,
                  middlewares: Sequence[aiohttp.ClientMiddlewareType] = (),
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S):
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, cafile: str | None = None):
         """`connect_timeout_s`: a node that has not accepted the TCP connection in this long is
         skipped (a wrong URL fails in seconds, see RetryPolicy.unreachable_budget_s).
 
         `session`: yours, kept open at close. Its client middlewares do not run for this client's
         requests (each request passes its own list, which aiohttp lets override the session's, to
-        forbid aiohttp's silent resend: see transport.py); pass them as `middlewares` instead."""
+        forbid aiohttp's silent resend: see transport.py); pass them as `middlewares` instead.
+
+        `cafile`: the PEM file of the CA that signed the nodes' certificates, for https:// URLs
+        (default: QUEEN_CACERT, else the system's trust store). Not used with your own `session`."""
         if isinstance(urls, str):
             urls = [urls]
         urls = list(urls) if urls else urls_from_env()
@@ -66,7 +69,8 @@ class Queen:
             raise ValueError(f"give the node URLs (urls=[...] or {URL_ENV}=http://host:port,...)")
         self.transport = Transport(urls=urls, token=token if token is not None else os.environ.get(TOKEN_ENV),
                                    retry=retry or RetryPolicy(), request_timeout_s=request_timeout_s, session=session,
-                                   middlewares=tuple(middlewares), connect_timeout_s=connect_timeout_s)
+                                   middlewares=tuple(middlewares), connect_timeout_s=connect_timeout_s,
+                                   cafile=cafile)
 
     async def __aenter__(self) -> "Queen":
         await self.transport.open()

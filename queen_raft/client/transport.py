@@ -34,6 +34,7 @@ import aiohttp
 from yarl import URL
 
 from queen_raft.client.instants import GroupClock
+from queen_raft.client.tls import client_ssl_context
 from queen_raft.client.errors import (ConnectionFailed, OutcomeUnknown, QueenError, Unavailable, error_from_response,
                                      retry_after_seconds)
 
@@ -123,6 +124,9 @@ class Transport:
     # They are passed per request, with `no_silent_resend` innermost, and aiohttp then ignores the
     # session's own middlewares (a per-request list overrides the session's): give yours here.
     middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()
+    # The CA file that verifies https:// nodes (else QUEEN_CACERT, else the system's trust store);
+    # used for the session this transport makes, not for one the caller passes.
+    cafile: str | None = None
 
     def __post_init__(self) -> None:
         if not self.urls:
@@ -136,7 +140,7 @@ class Transport:
 
     async def open(self) -> None:
         if self.session is None:
-            self.session = aiohttp.ClientSession()
+            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl_context(self.cafile)))
             self._owns_session = True
 
     async def close(self) -> None:
