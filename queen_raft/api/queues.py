@@ -7,6 +7,7 @@ from aiohttp import web
 from queen_raft.api.auth import Access, require
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose
+from queen_raft.api.messages import check_name
 from queen_raft.api.requests import json_body, json_response
 from queen_raft.api.serving import serving_of
 
@@ -27,6 +28,7 @@ async def post_configure(request: web.Request) -> web.Response:
     queue, options, mode = body.get("queue"), body.get("options", {}), body.get("mode", "merge")
     if not isinstance(queue, str) or queue == "":
         raise ApiError(400, BAD_REQUEST, "queue must be a non-empty string")
+    check_name(queue, "queue", "body")
     if not isinstance(options, dict):
         raise ApiError(400, BAD_REQUEST, "options must be an object")
     if mode not in MODES:
