@@ -38,6 +38,10 @@ B64 = {"type": "string", "contentEncoding": "base64"}
 # characters, so it is the bound for ASCII names; the description states the byte bound).
 NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES,
         "description": f"a name: at most {MAX_NAME_BYTES} bytes of UTF-8 (beyond: 400)"}
+# The same bound in a path or query, stated in words only: maxLength counts characters, and 1,024
+# four-byte characters percent-encoded make a 12 KB URL, past the HTTP server's request-line limit
+# (8190 bytes), which refuses it before any route with a plain-text 400.
+NAME_IN_URL = {"type": "string", "minLength": 1, "description": NAME["description"]}
 ANY: dict = {}
 
 
@@ -265,8 +269,8 @@ def path_param(name: str, description: str = "", catch_all: bool = False) -> dic
 
 
 def name_path_param(name: str) -> dict:
-    """A path segment that is a name (queue, partition): bounded like NAME."""
-    return dict(path_param(name), schema={**SEGMENT_PARAM, "maxLength": MAX_NAME_BYTES}, description=NAME["description"])
+    """A path segment that is a name (queue, partition): bounded like NAME, said in words only."""
+    return dict(path_param(name), description=NAME["description"])
 
 
 def query_param(name: str, schema: dict, description: str = "") -> dict:
@@ -292,7 +296,7 @@ def _paths() -> dict:
             "error": STR, "index": NON_NEG}, ("success", "reason", "error")),
     ]}
     pop_params = [
-        query_param("consumerGroup", NAME, "none: the queue-mode group"),
+        query_param("consumerGroup", NAME_IN_URL, "none: the queue-mode group"),
         query_param("batch", {"type": "integer", "minimum": 1, "maximum": messages.MAX_POP_BATCH},
                     "at most this many; fewer when their payloads would pass MAX_ANSWER_BYTES (16 MiB), "
                     "and always one"),
