@@ -54,6 +54,8 @@ class ResilientTcpServer(TcpServer):
         super().__init__(*args, **kwargs)
         self._spare_fd: int | None = None
         self._paused_until: float | None = None
+        # Unbound by an error (not by the transport's destroy): the transport binds it again.
+        self.closed_by_error = False
         self.accepts_out_of_descriptors = 0
         self.accepted_connections_dropped = 0
 
@@ -67,6 +69,7 @@ class ResilientTcpServer(TcpServer):
 
     def bind(self) -> None:
         super().bind()
+        self.closed_by_error = False
         self._paused_until = None
         if self._spare_fd is None:
             self._spare_fd = _open_spare()
@@ -75,6 +78,10 @@ class ResilientTcpServer(TcpServer):
         super().unbind()
         self._paused_until = None
         self._close_spare()
+
+    def _unbind_on_error(self) -> None:
+        self.unbind()
+        self.closed_by_error = True
 
     def _close_spare(self) -> None:
         if self._spare_fd is not None:
@@ -85,7 +92,7 @@ class ResilientTcpServer(TcpServer):
         if event & POLL_EVENT_TYPE.READ:
             self._accept_one()
         if event & POLL_EVENT_TYPE.ERROR and self.bound:
-            self.unbind()
+            self._unbind_on_error()
 
     def _accept_one(self) -> None:
         listening = self._TcpServer__socket
@@ -97,7 +104,7 @@ class ResilientTcpServer(TcpServer):
                 self._drop_pending(listening)
                 self._pause()
             elif exc.errno not in GONE_BEFORE_ACCEPT:
-                self.unbind()
+                self._unbind_on_error()
             return
         try:
             self._serve(sock)

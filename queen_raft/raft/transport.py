@@ -273,13 +273,14 @@ class GroupTransport(TCPTransport):
         super()._onDisconnected(conn)
 
     def _keep_listening(self, now: float) -> None:
-        """Resume accepting after an out-of-descriptors backoff; and when the listener was unbound
-        by an error, let pysyncobj's _maybeBind bind it again (stock binds only until ready)."""
+        """Resume accepting after an out-of-descriptors backoff; and when an error unbound the
+        listener (not destroy), let pysyncobj's _maybeBind bind it again (stock binds only until
+        ready)."""
         server = getattr(self, "_server", None)  # absent in a transport a test assembles
         if not isinstance(server, ResilientTcpServer):
             return
         server.resume_if_due(now)
-        if self._ready and not server.bound:
+        if self._ready and server.closed_by_error:
             self._ready = False
             self.listener_rebinds += 1
             log.warning("the Raft port listener was closed by an error; binding it again")

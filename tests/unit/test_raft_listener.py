@@ -12,7 +12,7 @@ import socket
 
 import pytest
 from pysyncobj.monotonic import monotonic as monotonic_time
-from pysyncobj.poller import createPoller
+from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
 from pysyncobj.tcp_server import SERVER_STATE, TcpServer
 
 from queen_raft.raft.listener import ACCEPT_BACKOFF_S, ResilientTcpServer
@@ -113,9 +113,16 @@ def test_the_transport_binds_again_a_listener_an_error_closed(listening):
     transport._server, transport._ready = server, True
     transport._keep_listening(monotonic_time())
     assert transport._ready and transport.listener_rebinds == 0
-    server.unbind()
+    server.unbind()  # as the transport's destroy does: it stays unbound
+    transport._keep_listening(monotonic_time())
+    assert transport._ready and transport.listener_rebinds == 0
+    server.bind()
+    server._TcpServer__onNewConnection(server._TcpServer__fileno, POLL_EVENT_TYPE.ERROR)
+    assert not server.bound and server.closed_by_error
     transport._keep_listening(monotonic_time())
     assert not transport._ready and transport.listener_rebinds == 1  # pysyncobj's _maybeBind binds next
+    server.bind()
+    assert not server.closed_by_error
 
 
 def test_out_of_descriptor_accepts_are_counted_in_the_refusal_log(listening, caplog):
