@@ -15,7 +15,8 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
-from queen_raft.state.limits import MAX_ANSWER_BYTES
+from queen_raft.api.timer_parsing import name_over_limit
+from queen_raft.state.limits import MAX_ANSWER_BYTES, MAX_NAME_BYTES
 
 BAD_REQUEST = "bad_request"
 ANSWER_TOO_LARGE = "answer_too_large"
@@ -52,6 +53,18 @@ def _optional_string(raw: dict, name: str, where: str, default: str | None = Non
     if value is not None and (not isinstance(value, str) or value == ""):
         raise bad_request(f"{where}: {name} must be a non-empty string")
     return value
+
+
+def check_name(value: str | None, name: str, where: str) -> str | None:
+    """`value`, or a 400 naming the field when it is over MAX_NAME_BYTES: a queue, partition,
+    transactionId and consumer group are identities kept in the state, bounded like a timer's."""
+    if value is not None and name_over_limit(value):
+        raise bad_request(f"{where}: {name} is over {MAX_NAME_BYTES} bytes (UTF-8)")
+    return value
+
+
+def _optional_name(raw: dict, name: str, where: str, default: str | None = None) -> str | None:
+    return check_name(_optional_string(raw, name, where, default), name, where)
 
 
 def wire_message(message: dict, cipher: PayloadCipher | None) -> dict:
@@ -101,7 +114,7 @@ def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozens
     unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS - extra_fields)
     if unknown:
         raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
-    queue = _optional_string(raw, "queue", where)
+    queue = _optional_name(raw, "queue", where)
     if queue is None:
         raise bad_request(f"{where}: queue is missing")
     if ("payload" in raw) == ("payloadB64" in raw):
@@ -119,9 +132,9 @@ def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozens
     message_id = new_message_id()
     return {
         "queue": queue,
-        "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
+        "partition": _optional_name(raw, "partition", where, DEFAULT_PARTITION),
         "payload": payload,
-        "transactionId": _optional_string(raw, "transactionId", where) or message_id,
+        "transactionId": _optional_name(raw, "transactionId", where) or message_id,
         "messageId": message_id,
         "traceId": _optional_string(raw, "traceId", where),
         "encrypted": False,
@@ -170,9 +183,9 @@ async def get_pop(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.CONSUME)
     tenant = principal.tenant
-    queue = request.match_info["queue"]
-    partition = request.match_info.get("partition")
-    group_name = request.query.get("consumerGroup") or None
+    queue = check_name(request.match_info["queue"], "queue", "the path")
+    partition = check_name(request.match_info.get("partition"), "partition", "the path")
+    group_name = check_name(request.query.get("consumerGroup") or None, "consumerGroup", "the query")
     batch = min(MAX_POP_BATCH, max(1, query_int(request, "batch", 1, BAD_REQUEST)))
     wait = query_bool(request, "wait", False, BAD_REQUEST)
     timeout_ms = min(MAX_POP_TIMEOUT_MS, max(0, query_int(request, "timeout", DEFAULT_POP_TIMEOUT_MS, BAD_REQUEST)))
@@ -233,7 +246,7 @@ def parse_ack(body: Any, single: bool) -> dict:
         raise bad_request("acknowledgments must be a non-empty array")
     if len(raw_items) > MAX_ACK_ITEMS:
         raise bad_request(f"{len(raw_items)} acknowledgments is over the cap of {MAX_ACK_ITEMS} per call")
-    consumer_group = _optional_string(body, "consumerGroup", "body")
+    consumer_group = _optional_name(body, "consumerGroup", "body")
     lease_id = _optional_string(body, "leaseId", "body")
     items = [parse_ack_item(raw, f"acknowledgments[{i}]") for i, raw in enumerate(raw_items)]
     return {"op": "ack", "consumerGroup": consumer_group, "leaseId": lease_id, "acknowledgments": items}
@@ -250,9 +263,9 @@ def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozense
     status = raw.get("status", "completed")
     if status not in ACK_STATUSES:
         raise bad_request(f"{where}: status {status!r} is not one of {', '.join(ACK_STATUSES)}")
-    item: dict[str, Any] = {"partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION), "status": status}
+    item: dict[str, Any] = {"partition": _optional_name(raw, "partition", where, DEFAULT_PARTITION), "status": status}
     if "transactionId" in raw:
-        item["transactionId"] = _optional_string(raw, "transactionId", where)
+        item["transactionId"] = _optional_name(raw, "transactionId", where)
     if "offset" in raw:
         if not is_int(raw["offset"]) or raw["offset"] < 0:
             raise bad_request(f"{where}: offset must be an integer >= 0")
@@ -260,7 +273,7 @@ def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozense
     if item.get("transactionId") is None and "offset" not in item:
         raise bad_request(f"{where}: give transactionId or offset")
     if "queue" in raw:
-        item["queue"] = _optional_string(raw, "queue", where)
+        item["queue"] = _optional_name(raw, "queue", where)
     if "error" in raw:
         if not isinstance(raw["error"], str):
             raise bad_request(f"{where}: error must be a string")
@@ -327,7 +340,7 @@ def parse_fetch(body: Any) -> list[dict]:
         unknown = sorted(raw.keys() - {"queue", "partition", "offset", "limit"})
         if unknown:
             raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
-        queue = _optional_string(raw, "queue", where)
+        queue = _optional_name(raw, "queue", where)
         if queue is None:
             raise bad_request(f"{where}: queue is missing")
         offset = raw.get("offset", 0)
@@ -336,7 +349,7 @@ def parse_fetch(body: Any) -> list[dict]:
             raise bad_request(f"{where}: offset must be an integer >= 0")
         if not is_int(limit):
             raise bad_request(f"{where}: limit must be an integer")
-        parsed.append({"queue": queue, "partition": _optional_string(raw, "partition", where, DEFAULT_PARTITION),
+        parsed.append({"queue": queue, "partition": _optional_name(raw, "partition", where, DEFAULT_PARTITION),
                        "offset": offset, "limit": min(FETCH_MAX_LIMIT, max(1, limit))})
     return parsed
 

@@ -33,10 +33,15 @@ BOOL = {"type": "boolean"}
 NULL_STR = {"type": ["string", "null"]}
 NULL_INT = {"type": ["integer", "null"]}
 B64 = {"type": "string", "contentEncoding": "base64"}
-# A timer's identities and KV's ns and key: at most MAX_NAME_BYTES of UTF-8 (maxLength counts
+# A timer's and a message's identities (queue, partition, txn, transactionId, consumer group) and
+# KV's ns and key: at most MAX_NAME_BYTES of UTF-8 (maxLength counts
 # characters, so it is the bound for ASCII names; the description states the byte bound).
 NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES,
         "description": f"a name: at most {MAX_NAME_BYTES} bytes of UTF-8 (beyond: 400)"}
+# The same bound in a path or query, stated in words only: maxLength counts characters, and 1,024
+# four-byte characters percent-encoded make a 12 KB URL, past the HTTP server's request-line limit
+# (8190 bytes), which refuses it before any route with a plain-text 400.
+NAME_IN_URL = {"type": "string", "minLength": 1, "description": NAME["description"]}
 ANY: dict = {}
 
 
@@ -149,10 +154,10 @@ SCHEMAS: dict[str, dict] = {
         "truncated": BOOL, "nextAfter": NULL_STR,
     }, ("rows", "truncated", "nextAfter")),
     "PushItem": obj({
-        "queue": NON_EMPTY, "partition": NON_EMPTY,
+        "queue": NAME, "partition": NAME,
         "payload": {"description": f"any JSON value nested at most {MAX_JSON_DEPTH} levels (deeper: 400)"},
         "payloadB64": B64,
-        "transactionId": NON_EMPTY, "traceId": NON_EMPTY,
+        "transactionId": NAME, "traceId": NON_EMPTY,
     }, ("queue",)),
     "PushVerdict": PUSH_VERDICT,
     "Message": obj({
@@ -164,7 +169,7 @@ SCHEMAS: dict[str, dict] = {
         "traceId": NULL_STR, **MESSAGE_PAYLOAD,
     }, ("offset", "transactionId", "messageId", "createdAt")),
     "Acknowledgment": obj({
-        "queue": NON_EMPTY, "partition": NON_EMPTY, "transactionId": NON_EMPTY, "offset": NON_NEG,
+        "queue": NAME, "partition": NAME, "transactionId": NAME, "offset": NON_NEG,
         "status": {"enum": list(messages.ACK_STATUSES)}, "error": STR,
     }),
     "AckVerdict": ACK_VERDICT,
@@ -190,8 +195,8 @@ SCHEMAS: dict[str, dict] = {
     "TransactionOperation": {"oneOf": [
         {"allOf": [ref("PushItem")], "properties": {"type": {"const": "push"}}, "required": ["type"]},
         obj({
-            "type": {"const": "ack"}, "consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY, "queue": NON_EMPTY,
-            "partition": NON_EMPTY, "transactionId": NON_EMPTY, "offset": NON_NEG,
+            "type": {"const": "ack"}, "consumerGroup": NAME, "leaseId": NON_EMPTY, "queue": NAME,
+            "partition": NAME, "transactionId": NAME, "offset": NON_NEG,
             "status": {"enum": list(messages.ACK_STATUSES)}, "error": STR,
         }, ("type", "leaseId")),
     ]},
@@ -263,17 +268,22 @@ def path_param(name: str, description: str = "", catch_all: bool = False) -> dic
             "description": description}
 
 
+def name_path_param(name: str) -> dict:
+    """A path segment that is a name (queue, partition): bounded like NAME, said in words only."""
+    return dict(path_param(name), description=NAME["description"])
+
+
 def query_param(name: str, schema: dict, description: str = "") -> dict:
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
 def _paths() -> dict:
-    queue, key = path_param("queue"), path_param("timerKey", "a catch-all: tenant/42 is one key; URL-decoded once", True)
+    queue, key = name_path_param("queue"), path_param("timerKey", "a catch-all: tenant/42 is one key; URL-decoded once", True)
     ns, kv_key = path_param("ns"), path_param("key", "a catch-all, like timerKey", True)
     timer_results = obj({"results": array(ref("TimerResult"))}, ("results",))
     kv_results = obj({"results": array(ref("KvRow"))}, ("results",))
     ack_body = obj({
-        "consumerGroup": NON_EMPTY, "leaseId": NON_EMPTY,
+        "consumerGroup": NAME, "leaseId": NON_EMPTY,
         "acknowledgments": array(ref("Acknowledgment"), 1, messages.MAX_ACK_ITEMS),
     }, ("acknowledgments", "leaseId"))
     ack_answer = obj({"results": array(ref("AckVerdict"))}, ("results",))
@@ -286,7 +296,7 @@ def _paths() -> dict:
             "error": STR, "index": NON_NEG}, ("success", "reason", "error")),
     ]}
     pop_params = [
-        query_param("consumerGroup", NON_EMPTY, "none: the queue-mode group"),
+        query_param("consumerGroup", NAME_IN_URL, "none: the queue-mode group"),
         query_param("batch", {"type": "integer", "minimum": 1, "maximum": messages.MAX_POP_BATCH},
                     "at most this many; fewer when their payloads would pass MAX_ANSWER_BYTES (16 MiB), "
                     "and always one"),
@@ -341,10 +351,11 @@ def _paths() -> dict:
         "/api/v1/pop/queue/{queue}": {"get": operation(
             "Pop (takes a lease, a write)", pop_answer, params=[queue, *pop_params], extra=pop_extra)},
         "/api/v1/pop/queue/{queue}/partition/{partition}": {"get": operation(
-            "Pop one partition", pop_answer, params=[queue, path_param("partition"), *pop_params], extra=pop_extra)},
+            "Pop one partition", pop_answer, params=[queue, name_path_param("partition"), *pop_params],
+            extra=pop_extra)},
         "/api/v1/ack": {"post": operation(
             "Acknowledge (single form, or the batch form)", ack_answer,
-            body={"oneOf": [ack_body, obj({**SCHEMAS["Acknowledgment"]["properties"], "consumerGroup": NON_EMPTY,
+            body={"oneOf": [ack_body, obj({**SCHEMAS["Acknowledgment"]["properties"], "consumerGroup": NAME,
                                            "leaseId": NON_EMPTY}, ("leaseId",))]})},
         "/api/v1/ack/batch": {"post": operation("Acknowledge many: completed, failed, retry, dlq", ack_answer,
                                                 body=ack_body)},
@@ -358,12 +369,12 @@ def _paths() -> dict:
             "Read partitions back by offset (no lease, linearizable)",
             obj({"entries": array(obj({"records": array(ref("Record"))}, ("records",)))}, ("entries",)),
             body=obj({"entries": array(obj({
-                "queue": NON_EMPTY, "partition": NON_EMPTY, "offset": NON_NEG, "limit": {"type": "integer"},
+                "queue": NAME, "partition": NAME, "offset": NON_NEG, "limit": {"type": "integer"},
             }, ("queue",)), 1, messages.MAX_FETCH_ENTRIES)}, ("entries",)))},
         "/api/v1/configure": {"post": operation(
             "Set a queue's options (merge or replace)",
             obj({"queue": STR, "options": ref("QueueOptions")}, ("queue", "options")),
-            body=obj({"queue": NON_EMPTY, "options": ref("QueueOptions"), "mode": {"enum": ["merge", "replace"]}},
+            body=obj({"queue": NAME, "options": ref("QueueOptions"), "mode": {"enum": ["merge", "replace"]}},
                      ("queue",)))},
         "/api/v1/transaction": {"post": operation(
             "Pushes, acks, KV and timer ops in one entry, all or nothing", transaction_ok,

@@ -50,10 +50,16 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, BAD_REQUEST, message)
 
 
+def name_over_limit(value: str) -> bool:
+    """Whether a name (a queue, partition, timerKey, txn, transactionId or consumer group) is over
+    MAX_NAME_BYTES of UTF-8 (state/limits.py)."""
+    return len(value) > NAME_CHARS_ALWAYS_WITHIN and len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES
+
+
 def check_name_length(value: str, name: str, where: str) -> str:
     """`value`, or a 400 when it is over MAX_NAME_BYTES (state/limits.py): a timer's queue,
     timerKey, partition and txn are identities, bounded like KV's ns and key."""
-    if len(value) > NAME_CHARS_ALWAYS_WITHIN and len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+    if name_over_limit(value):
         raise bad_request(f"{where}: {name} is over {MAX_NAME_BYTES} bytes (UTF-8)")
     return value
 

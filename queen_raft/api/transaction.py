@@ -74,6 +74,7 @@ def parse_operation(raw: Any, index: int) -> dict:
             value = raw.get(name)
             if value is not None and (not isinstance(value, str) or value == ""):
                 raise messages.bad_request(f"{where}: {name} must be a non-empty string")
+        messages.check_name(raw.get("consumerGroup"), "consumerGroup", where)
         if not isinstance(raw.get("leaseId"), str):
             raise messages.bad_request(f"{where}: an ack needs the leaseId of the pop that delivered the message")
         return {"type": "ack", "consumerGroup": raw.get("consumerGroup"), "leaseId": raw["leaseId"], **item}

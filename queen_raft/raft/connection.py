@@ -30,6 +30,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
+from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_BYTES
 
 # zlib level 0 is "stored": the frame stays valid for stock receivers, at 1.6 ms/MiB instead of
@@ -191,7 +192,8 @@ class FastTcpConnection(TcpConnection):
 
 
 def install_connection_recipe() -> None:
-    """Make every pysyncobj connection in this process a FastTcpConnection, pickling protocol 4.
+    """Make every pysyncobj connection in this process a FastTcpConnection, pickling protocol 4,
+    and every Raft port listener a ResilientTcpServer (listener.py).
 
     Process-wide on purpose: all groups of a node run the same wire code, and it is
     wire-compatible with stock nodes. Idempotent.
@@ -199,6 +201,7 @@ def install_connection_recipe() -> None:
     vars(pysyncobj.pickle)["__protocol"] = WIRE_PICKLE_PROTOCOL
     pysyncobj.transport.TcpConnection = FastTcpConnection
     pysyncobj.tcp_server.TcpConnection = FastTcpConnection
+    pysyncobj.transport.TcpServer = ResilientTcpServer
 
 
 def connection_recipe_installed() -> bool:
@@ -206,6 +209,7 @@ def connection_recipe_installed() -> bool:
         vars(pysyncobj.pickle).get("__protocol") == WIRE_PICKLE_PROTOCOL
         and pysyncobj.transport.TcpConnection is FastTcpConnection
         and pysyncobj.tcp_server.TcpConnection is FastTcpConnection
+        and pysyncobj.transport.TcpServer is ResilientTcpServer
     )
 
 

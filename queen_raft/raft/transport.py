@@ -26,6 +26,9 @@
 - Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
   burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
 
+- Listening: the Raft port's listener survives running out of file descriptors, and one that an
+  error closed is bound again (listener.py).
+
 It overrides TCPTransport._connectIfNecessarySingle, _onNewIncomingConnection,
 _onIncomingMessageReceived, _onDisconnected, send and _onTick of
 pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
@@ -46,6 +49,7 @@ from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.journal import GroupCommitJournal
+from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.settings import (
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
@@ -172,6 +176,7 @@ class GroupTransport(TCPTransport):
     handshakes_timed_out = 0
     handshakes_evicted = 0
     utility_commands_refused = 0
+    listener_rebinds = 0
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False,
                  handshake_timeout_s=HANDSHAKE_TIMEOUT_S):
@@ -267,10 +272,26 @@ class GroupTransport(TCPTransport):
             self._accepted_at.pop(conn, None)
         super()._onDisconnected(conn)
 
+    def _keep_listening(self, now: float) -> None:
+        """Resume accepting after an out-of-descriptors backoff; and when an error unbound the
+        listener (not destroy), let pysyncobj's _maybeBind bind it again (stock binds only until
+        ready)."""
+        server = getattr(self, "_server", None)  # absent in a transport a test assembles
+        if not isinstance(server, ResilientTcpServer):
+            return
+        server.resume_if_due(now)
+        if self._ready and server.closed_by_error:
+            self._ready = False
+            self.listener_rebinds += 1
+            log.warning("the Raft port listener was closed by an error; binding it again")
+
     def _report_refusals(self, now: float) -> None:
         if self._refusals is None:
             return
+        server = getattr(self, "_server", None)
         self._refusals.report({
+            "accepts failed for lack of file descriptors": getattr(server, "accepts_out_of_descriptors", 0),
+            "listener rebinds": self.listener_rebinds,
             "handshakes refused": self.handshakes_refused,
             "of them utility commands": self.utility_commands_refused,
             "handshakes timed out": self.handshakes_timed_out,
@@ -305,6 +326,7 @@ class GroupTransport(TCPTransport):
 
     def _onTick(self):
         now = monotonic_time()
+        self._keep_listening(now)
         self._close_expired_handshakes(now)
         self._report_refusals(now)
         journal = self.group_commit_journal

@@ -30,6 +30,7 @@ from pysyncobj.transport import TCPTransport
 from queen_raft.raft import connection as connection_module
 from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
 from queen_raft.raft.follower_append import LogMatchingSyncObj
+from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, create_journal, install_journal_factory
 from queen_raft.raft.transport import GroupTransport
@@ -85,6 +86,7 @@ def test_recipe_installs_fast_connection_and_pickle_protocol_4():
     assert "__protocol" in vars(pysyncobj.pickle)
     assert pysyncobj.transport.TcpConnection is FastTcpConnection
     assert pysyncobj.tcp_server.TcpConnection is FastTcpConnection
+    assert pysyncobj.transport.TcpServer is ResilientTcpServer
     assert connection_module.connection_recipe_installed()
     # Protocol 4 keeps bytes as bytes (protocol 2 turns them into a 1.5x latin-1 str).
     dumped = pysyncobj.pickle.dumps(b"\xff" * 100)
@@ -458,3 +460,18 @@ def test_snapshot_guard_overrides_are_real_overrides_used_by_the_group():
     assert issubclass(CoalescingSyncObj, SnapshotGuardedSyncObj)
     for name in ("_SyncObj__loadDumpFile", "_onTick", "waitBinded", "_doDestroy"):
         assert name in vars(SnapshotGuardedSyncObj) and callable(getattr(SyncObj, name))
+
+
+def test_tcp_server_members_the_resilient_listener_reads_exist():
+    server = pysyncobj.tcp_server.TcpServer(createPoller("auto"), "127.0.0.1", 0, onNewConnection=print)
+    for name in ("__socket", "__poller", "__fileno", "__state", "__sendBufferSize", "__recvBufferSize",
+                 "__connectionTimeout", "__keepalive", "__onNewConnectionCallback"):
+        assert hasattr(server, "_TcpServer" + name), name
+    assert params(pysyncobj.tcp_server.TcpServer._TcpServer__onNewConnection) == ["self", "descr", "event"]
+    # bind() subscribes the (overridden) accept callback; the transport builds the module's TcpServer
+    # and binds only while not _ready (the flag the listener's rebind clears).
+    assert "self.__onNewConnection" in source(pysyncobj.tcp_server.TcpServer.bind)
+    assert "self._server = TcpServer(" in source(TCPTransport._createServer)
+    assert "if self._ready or" in source(TCPTransport._maybeBind)
+    # The stock accept error handling this replaces: any error but EAGAIN unbinds, for good.
+    assert "self.unbind()" in source(pysyncobj.tcp_server.TcpServer._TcpServer__onNewConnection)
