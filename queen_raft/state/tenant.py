@@ -59,7 +59,8 @@ from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_P
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import apply_timer_ops, check_quota, check_required_pending, validate_timer_ops
-from .timers import FireTally, TimerTable, fire, peek_timer
+from .fire import FireTally, fire
+from .timers import TimerTable, peek_timer
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
 
