@@ -35,7 +35,7 @@ from typing import Iterator
 import msgpack
 import zstandard
 
-from .broker import Broker, validate_ack_item, validate_push_item
+from .broker import Broker
 from .command_args import clamp_limit, group_name, parse_policy
 from .fire import FireTally, fire
 from .fired_memory import FiredMemory, record_answer
@@ -51,6 +51,7 @@ from .limits import (
     SNAPSHOT_ZSTD_LEVEL,
     FirePolicy,
 )
+from .message_items import validate_ack_item, validate_push_item
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, answer_bound, is_int, require

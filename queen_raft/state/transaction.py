@@ -6,8 +6,9 @@ A transaction applies all of its parts or none: these functions only read the st
 
 from __future__ import annotations
 
-from .broker import Broker, validate_ack_item, validate_push_item
+from .broker import Broker
 from .command_args import group_name
+from .message_items import validate_ack_item, validate_push_item
 from .refusal import Refusal, require
 
 
