@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from queen_raft.hosts import is_loopback_host
 
 LEVELS = ("admin", "read-write", "read-only", "write-only")
 
@@ -334,15 +335,6 @@ class ClusterConfig:
         if found is not None and hmac.compare_digest(found.sha256, digest):
             return found
         return None
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _expect_table(value: Any, where: str, source: str) -> dict:
