@@ -77,6 +77,9 @@ class _SettingSpec:
     default: Any
     parse_env: Callable[[str], Any]
     check: Callable[[Any], str | None]  # an error text, or None when the value is good
+    # The key and variable an earlier configuration named this setting by, still accepted.
+    old_key: str | None = None
+    old_env: str | None = None
 
 
 def _int_at_least(minimum: int) -> Callable[[Any], str | None]:
@@ -163,11 +166,16 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, _non_negative_number),
     # Bucket depth; 0 means one second's worth of the rate.
     _SettingSpec("timers_rate_burst", "QUEEN_TIMERS_RATE_BURST", 0, _parse_int, _int_at_least(0)),
-    # A fire that fails (docs/spec.md section 2)
-    _SettingSpec("sweeper_max_attempts", "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, _parse_int, _int_at_least(1)),
-    _SettingSpec("sweeper_backoff_min_ms", "QUEEN_SWEEPER_BACKOFF_MIN_MS", 1000, _parse_int, _int_at_least(0)),
-    _SettingSpec("sweeper_backoff_max_ms", "QUEEN_SWEEPER_BACKOFF_MAX_MS", 60_000, _parse_int, _int_at_least(0)),
-    _SettingSpec("sweeper_transient_backoff_ms", "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS", 1000, _parse_int, _int_at_least(0)),
+    # A fire that fails (docs/spec.md section 2). The sweeper_* keys and QUEEN_SWEEPER_* variables
+    # are read as aliases, so configurations that use them keep working (cluster_configs/README.md).
+    _SettingSpec("timer_fire_max_attempts", "QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS", 5, _parse_int, _int_at_least(1),
+                 "sweeper_max_attempts", "QUEEN_SWEEPER_MAX_ATTEMPTS"),
+    _SettingSpec("timer_fire_backoff_min_ms", "QUEEN_RAFT_TIMER_FIRE_BACKOFF_MIN_MS", 1000, _parse_int, _int_at_least(0),
+                 "sweeper_backoff_min_ms", "QUEEN_SWEEPER_BACKOFF_MIN_MS"),
+    _SettingSpec("timer_fire_backoff_max_ms", "QUEEN_RAFT_TIMER_FIRE_BACKOFF_MAX_MS", 60_000, _parse_int, _int_at_least(0),
+                 "sweeper_backoff_max_ms", "QUEEN_SWEEPER_BACKOFF_MAX_MS"),
+    _SettingSpec("timer_fire_transient_backoff_ms", "QUEEN_RAFT_TIMER_FIRE_TRANSIENT_BACKOFF_MS", 1000, _parse_int,
+                 _int_at_least(0), "sweeper_transient_backoff_ms", "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS"),
     # Encryption at rest (AES-256-GCM)
     _SettingSpec("encryption_key", "QUEEN_ENCRYPTION_KEY", None, _parse_str, _encryption_key),
     # HTTP: the largest request body. One call is one Raft entry, and queen_raft.raft refuses
@@ -211,10 +219,10 @@ class Settings:
     timers_max_payload_bytes: int = MIB
     timers_rate: float = 1000.0
     timers_rate_burst: int = 0
-    sweeper_max_attempts: int = 5
-    sweeper_backoff_min_ms: int = 1000
-    sweeper_backoff_max_ms: int = 60_000
-    sweeper_transient_backoff_ms: int = 1000
+    timer_fire_max_attempts: int = 5
+    timer_fire_backoff_min_ms: int = 1000
+    timer_fire_backoff_max_ms: int = 60_000
+    timer_fire_transient_backoff_ms: int = 1000
     encryption_key: str | None = None
     http_max_body_bytes: int = 6 * MIB
     http_max_connections: int = 4096
@@ -223,14 +231,17 @@ class Settings:
     http_body_timeout_s: float = 30.0
 
     def fire_policy(self) -> dict[str, int]:
-        """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""
+        """The settings that change what `apply` does; they travel in the command (docs/commands.md).
+
+        The one place the policy is built: the routes send it with their schedules and the tick
+        with its fires (RaftSettings.from_settings), so a fire backs off alike in both."""
         return {
             "fireBatch": self.timer_fire_batch,
             "fireMaxBytes": self.timer_fire_max_bytes,
-            "maxAttempts": self.sweeper_max_attempts,
-            "backoffMinMs": self.sweeper_backoff_min_ms,
-            "backoffMaxMs": self.sweeper_backoff_max_ms,
-            "transientBackoffMs": self.sweeper_transient_backoff_ms,
+            "maxAttempts": self.timer_fire_max_attempts,
+            "backoffMinMs": self.timer_fire_backoff_min_ms,
+            "backoffMaxMs": self.timer_fire_backoff_max_ms,
+            "transientBackoffMs": self.timer_fire_transient_backoff_ms,
         }
 
 
@@ -405,21 +416,32 @@ def _check_dial_targets(nodes: list[NodeConfig], tenant_count: int, bound: dict[
                 used[target] = route.peer_id
 
 
+def _named_once(names: Mapping[str, Any], name: str, old_name: str | None, what: str, source: str) -> str | None:
+    """Which of a setting's two names `names` holds (None: neither); both is refused."""
+    if old_name is not None and old_name in names:
+        if name in names:
+            raise ConfigError(f"{source}: {what} names one setting twice: {name} and its old name {old_name}")
+        return old_name
+    return name if name in names else None
+
+
 def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Settings:
-    known = {spec.key for spec in SETTING_SPECS}
+    known = {spec.key for spec in SETTING_SPECS} | {spec.old_key for spec in SETTING_SPECS if spec.old_key}
     unknown = table.keys() - known
     if unknown:
         raise ConfigError(f"{source}: [settings] has unknown key(s) {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for spec in SETTING_SPECS:
-        value = table.get(spec.key, spec.default)
-        where = f"[settings].{spec.key}"
-        if spec.env in env:
-            where = f"environment {spec.env}"
+        key = _named_once(table, spec.key, spec.old_key, "[settings]", source) or spec.key
+        value = table.get(key, spec.default)
+        where = f"[settings].{key}"
+        env_name = _named_once(env, spec.env, spec.old_env, "the environment", source)
+        if env_name is not None:
+            where = f"environment {env_name}"
             try:
-                value = spec.parse_env(env[spec.env])
+                value = spec.parse_env(env[env_name])
             except ValueError:
-                raise ConfigError(f"{where}={env[spec.env]!r} is not a valid value") from None
+                raise ConfigError(f"{where}={env[env_name]!r} is not a valid value") from None
         if isinstance(spec.default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         problem = spec.check(value)
@@ -434,8 +456,8 @@ def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Setting
     # pysyncobj's validate(): raftMinTimeout > 3 x appendEntriesPeriod.
     if settings.election_min_s <= 3 * settings.append_entries_period_s:
         raise ConfigError(f"{source}: election_min_s must exceed 3 x append_entries_period_s")
-    if settings.sweeper_backoff_min_ms > settings.sweeper_backoff_max_ms:
-        raise ConfigError(f"{source}: sweeper_backoff_min_ms must not exceed sweeper_backoff_max_ms")
+    if settings.timer_fire_backoff_min_ms > settings.timer_fire_backoff_max_ms:
+        raise ConfigError(f"{source}: timer_fire_backoff_min_ms must not exceed timer_fire_backoff_max_ms")
     return settings
 
 
