@@ -22,7 +22,7 @@ CASES = {
     "deliverAt fits int64": ("queen_raft.state.limits", {"MAX_INSTANT_MS", "MAX_DELAY_MS"}),
     "an option's instant fits int64": ("queen_raft.state.limits", {"MAX_INSTANT_MS", "QUEUE_INT_OPTION_MAX"}),
     "the default fire policy is legal": ("queen_raft.state.limits", {"DEFAULT_FIRE_POLICY", "POLICY_KEYS", "MAX_POLICY_VALUE"}),
-    "settings table and dataclass agree": ("queen_raft.config", {"SETTING_SPECS", "Settings"}),
+    "settings table and dataclass agree": ("queen_raft.config_settings", {"SETTING_SPECS", "Settings"}),
 }
 
 
