@@ -258,6 +258,84 @@ def _tenant_quota(table: dict, tenant: str, source: str) -> int | str | None:
     return value
 
 
+def _parse_node(raw_node: Any, i: int, source: str) -> NodeConfig:
+    """One [[nodes]] entry, without its dial map (that needs every node)."""
+    where = f"node #{i + 1}"
+    table = _expect_table(raw_node, where, source)
+    _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, {"dial"})
+    node_id = table["id"]
+    if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
+        raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
+    if not isinstance(table["host"], str) or not table["host"]:
+        raise ConfigError(f"{source}: node {node_id!r}: host must be a non-empty string")
+    return NodeConfig(
+        id=node_id,
+        host=table["host"],
+        http_port=_expect_port(table["http_port"], f"node {node_id!r} http_port", source),
+        raft_port=_expect_port(table["raft_port"], f"node {node_id!r} raft_port", source),
+    )
+
+
+def _parse_tenant(raw_tenant: Any, i: int, tokens_by_sha256: dict[str, TokenConfig], source: str) -> TenantConfig:
+    """One [[tenants]] entry; its tokens go into `tokens_by_sha256`, where a token may appear once."""
+    where = f"tenant #{i + 1}"
+    table = _expect_table(raw_tenant, where, source)
+    _expect_keys(table, where, source, {"name", "tokens"}, {"timers_max_pending"})
+    name = table["name"]
+    if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
+        raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
+    raw_tokens = table["tokens"]
+    if not isinstance(raw_tokens, list) or not raw_tokens:
+        raise ConfigError(f"{source}: tenant {name!r} needs at least one [[tenants.tokens]]")
+    tokens = tuple(_parse_token(t, name, j, source) for j, t in enumerate(raw_tokens))
+    for token in tokens:
+        if token.sha256 in tokens_by_sha256:
+            raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
+        tokens_by_sha256[token.sha256] = token
+    return TenantConfig(name=name, index=i, tokens=tokens, timers_max_pending=_tenant_quota(table, name, source))
+
+
+def _listening_addresses(nodes: list[NodeConfig], tenants: list[TenantConfig], source: str) -> dict[tuple[str, int], str]:
+    """Every port a node listens on, on its host: HTTP, and one Raft port per tenant; none twice."""
+    taken: dict[tuple[str, int], str] = {}
+    for node in nodes:
+        wanted = [(node.http_port, f"node {node.id!r} http_port")]
+        for tenant in tenants:
+            port = node.raft_port + tenant.index
+            if port > 65535:
+                raise ConfigError(f"{source}: node {node.id!r}: raft_port + {tenant.index} (tenant {tenant.name!r}) is past 65535")
+            wanted.append((port, f"node {node.id!r} raft port of tenant {tenant.name!r}"))
+        for port, what in wanted:
+            key = (node.host, port)
+            if key in taken:
+                raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
+            taken[key] = what
+    return taken
+
+
+def _refuse_open_secrets_off_loopback(nodes: list[NodeConfig], tokens_by_sha256: dict[str, TokenConfig],
+                                      settings: Settings, source: str) -> None:
+    """Off loopback, tokens are stored hashed and the Raft ports have a password (docs/spec.md section 7).
+
+    Every address in the config counts: the nodes' and their dial targets."""
+    all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
+        is_loopback_host(route.via_host) for n in nodes for route in n.dial)
+    if all_loopback:
+        return
+    plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
+    if plain:
+        raise ConfigError(
+            f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
+            "dial target is loopback; store them as token_sha256"
+        )
+    if not settings.raft_password and not settings.raft_password_file:
+        raise ConfigError(
+            f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
+            "named in the config (settings raft_password or raft_password_file, or QUEEN_RAFT_PASSWORD or "
+            "QUEEN_RAFT_PASSWORD_FILE): the peer protocol is pickle"
+        )
+
+
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str = "<config>") -> ClusterConfig:
     """Checks a decoded TOML document and applies the QUEEN_* overrides found in `env`."""
     env = os.environ if env is None else env
@@ -276,22 +354,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     if not isinstance(raw_tenants, list) or not raw_tenants:
         raise ConfigError(f"{source}: [[tenants]] must list at least one tenant")
 
-    nodes: list[NodeConfig] = []
-    for i, raw_node in enumerate(raw_nodes):
-        where = f"node #{i + 1}"
-        table = _expect_table(raw_node, where, source)
-        _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, {"dial"})
-        node_id = table["id"]
-        if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
-            raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
-        if not isinstance(table["host"], str) or not table["host"]:
-            raise ConfigError(f"{source}: node {node_id!r}: host must be a non-empty string")
-        nodes.append(NodeConfig(
-            id=node_id,
-            host=table["host"],
-            http_port=_expect_port(table["http_port"], f"node {node_id!r} http_port", source),
-            raft_port=_expect_port(table["raft_port"], f"node {node_id!r} raft_port", source),
-        ))
+    nodes = [_parse_node(raw_node, i, source) for i, raw_node in enumerate(raw_nodes)]
     ids = [n.id for n in nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{source}: node ids must be unique, got {', '.join(ids)}")
@@ -302,64 +365,17 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
         for node, raw_node in zip(nodes, raw_nodes)
     ]
 
-    tenants: list[TenantConfig] = []
     tokens_by_sha256: dict[str, TokenConfig] = {}
-    for i, raw_tenant in enumerate(raw_tenants):
-        where = f"tenant #{i + 1}"
-        table = _expect_table(raw_tenant, where, source)
-        _expect_keys(table, where, source, {"name", "tokens"}, {"timers_max_pending"})
-        name = table["name"]
-        if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
-            raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
-        raw_tokens = table["tokens"]
-        if not isinstance(raw_tokens, list) or not raw_tokens:
-            raise ConfigError(f"{source}: tenant {name!r} needs at least one [[tenants.tokens]]")
-        tokens = tuple(_parse_token(t, name, j, source) for j, t in enumerate(raw_tokens))
-        for token in tokens:
-            if token.sha256 in tokens_by_sha256:
-                raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
-            tokens_by_sha256[token.sha256] = token
-        tenants.append(TenantConfig(name=name, index=i, tokens=tokens,
-                                    timers_max_pending=_tenant_quota(table, name, source)))
+    tenants = [_parse_tenant(raw_tenant, i, tokens_by_sha256, source) for i, raw_tenant in enumerate(raw_tenants)]
     names = [t.name for t in tenants]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: tenant names must be unique, got {', '.join(names)}")
 
-    # Every port a node listens on, on its host: HTTP, and one Raft port per tenant.
-    taken: dict[tuple[str, int], str] = {}
-    for node in nodes:
-        wanted = [(node.http_port, f"node {node.id!r} http_port")]
-        for tenant in tenants:
-            port = node.raft_port + tenant.index
-            if port > 65535:
-                raise ConfigError(f"{source}: node {node.id!r}: raft_port + {tenant.index} (tenant {tenant.name!r}) is past 65535")
-            wanted.append((port, f"node {node.id!r} raft port of tenant {tenant.name!r}"))
-        for port, what in wanted:
-            key = (node.host, port)
-            if key in taken:
-                raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
-            taken[key] = what
-    _check_dial_targets(nodes, len(tenants), taken, source)
+    _check_dial_targets(nodes, len(tenants), _listening_addresses(nodes, tenants, source), source)
 
     settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
 
-    # Every address in the config (docs/spec.md section 7): the nodes' and their dial targets.
-    all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
-        is_loopback_host(route.via_host) for n in nodes for route in n.dial)
-    if not all_loopback:
-        plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
-        if plain:
-            raise ConfigError(
-                f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
-                "dial target is loopback; store them as token_sha256"
-            )
-        if not settings.raft_password and not settings.raft_password_file:
-            raise ConfigError(
-                f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
-                "named in the config (settings raft_password or raft_password_file, or QUEEN_RAFT_PASSWORD or "
-                "QUEEN_RAFT_PASSWORD_FILE): the peer protocol is pickle"
-            )
-
+    _refuse_open_secrets_off_loopback(nodes, tokens_by_sha256, settings, source)
     return ClusterConfig(
         name=cluster["name"],
         data_dir=Path(cluster["data_dir"]),

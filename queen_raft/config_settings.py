@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping
 
 ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
 MIB = 1024 * 1024
-# pysyncobj requires connectionTimeout >= raftMaxTimeout; queen_raft.raft uses a 3.5 s connection timeout.
+# pysyncobj requires connectionTimeout >= raftMaxTimeout: this is the Raft connection timeout
+# (raft/settings.py CONNECTION_TIMEOUT_S, asserted equal there).
 ELECTION_MAX_CEILING_S = 3.5
 HTTP_MAX_BODY_CEILING = 6 * MIB  # see http_max_body_bytes below
 # The default pending-timer quota of every tenant, sized to memory: the heap one pending timer
