@@ -1,7 +1,7 @@
 """The message side of a tenant: the push path, pop, ack, leases, configure and the DLQ.
 
 A timer's fire takes the steps of `Broker.push_message` (dedup, then the payload and size limits,
-then `Broker.append`; inlined in `timers.fire` for speed), so a fired message and a pushed one are
+then `Broker.append`; inlined in `fire.fire` for speed), so a fired message and a pushed one are
 indistinguishable in the log.
 
 Choices the contract leaves open (docs/spec.md lists those that reach the wire):

@@ -50,9 +50,6 @@ import msgpack
 from sortedcontainers import SortedList
 
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
-from .zstd_bounded import DECOMPRESS_CHUNK, decompress_bounded
-
-__all__ = ["DECOMPRESS_CHUNK", "decompress_bounded"]  # re-exported: api/ and the tests read them here
 
 _intern = sys.intern
 
