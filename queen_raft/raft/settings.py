@@ -118,8 +118,9 @@ class RaftSettings:
     tick_ms: int = _DEFAULTS.timer_tick_ms
     min_gap_ms: int = _DEFAULTS.timer_min_gap_ms
     # The fire policy (Settings.fire_policy: bounds and backoff), carried in every tick command so
-    # every replica applies the same batch and backs a failure off alike.
-    fire_policy: Mapping[str, int] = field(default_factory=_DEFAULTS.fire_policy)
+    # every replica applies the same batch and backs a failure off alike. Compared, not hashed (a
+    # mapping is not hashable): RaftSettings stays usable as a key.
+    fire_policy: Mapping[str, int] = field(default_factory=_DEFAULTS.fire_policy, hash=False)
     # "group": one journal flush per pysyncobj tick before a follower acknowledges and before the
     # leader counts itself; term/vote fsynced. "off": no fsync (survives kill -9, not power loss).
     fsync: str = _DEFAULTS.fsync

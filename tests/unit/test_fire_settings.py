@@ -69,6 +69,8 @@ def test_raft_settings_are_derived_from_the_settings():
 
 def test_raft_defaults_are_the_settings_defaults():
     assert RaftSettings() == RaftSettings.from_settings(Settings())
+    assert hash(RaftSettings()) == hash(RaftSettings.from_settings(Settings()))
+    assert RaftSettings() != RaftSettings(fire_policy=Settings(timer_fire_batch=7).fire_policy())
     assert RaftSettings().tick_policy == Settings().fire_policy()
 
 
