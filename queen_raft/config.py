@@ -8,13 +8,35 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
+
+from queen_raft.config_settings import (
+    DEFAULT_TIMERS_MAX_PENDING,
+    ELECTION_MAX_CEILING_S,
+    ENCRYPTION_KEY_RE,
+    HTTP_MAX_BODY_CEILING,
+    MIB,
+    SETTING_SPECS,
+    TIMER_MEMORY_BYTES,
+    TIMERS_MEMORY_BUDGET_BYTES,
+    ConfigError,
+    Settings,
+    _parse_settings,
+)
+from queen_raft.hosts import is_loopback_host
+
+# Re-exported: the settings are config_settings.py's, and callers import them from here.
+__all__ = [
+    "DEFAULT_TIMERS_MAX_PENDING", "ELECTION_MAX_CEILING_S", "ENCRYPTION_KEY_RE", "HTTP_MAX_BODY_CEILING", "MIB",
+    "SETTING_SPECS", "TIMER_MEMORY_BYTES", "TIMERS_MEMORY_BUDGET_BYTES", "ConfigError", "Settings",
+    "ClusterConfig", "DialRoute", "NodeConfig", "TenantConfig", "TokenConfig", "is_loopback_host",
+    "load_config", "parse_config",
+]
 
 LEVELS = ("admin", "read-write", "read-only", "write-only")
 
@@ -22,20 +44,6 @@ LEVELS = ("admin", "read-write", "read-only", "write-only")
 TENANT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NODE_ID_RE = TENANT_NAME_RE
 SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
-ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
-MIB = 1024 * 1024
-# pysyncobj requires connectionTimeout >= raftMaxTimeout; queen_raft.raft uses a 3.5 s connection timeout.
-ELECTION_MAX_CEILING_S = 3.5
-HTTP_MAX_BODY_CEILING = 6 * MIB  # see http_max_body_bytes below
-# The default pending-timer quota of every tenant, sized to memory: the heap one pending timer
-# takes on every node (its row, its place in the due index and the table; the benches measure
-# 459-463 B, so 500 leaves headroom) into the memory a tenant's pending timers may take on each
-# node. Without a quota a producer can schedule until the nodes run out of memory. The million-
-# timer benches fit; a node serving many tenants, or a bigger machine, sets timers_max_pending
-# (for all tenants) or a tenant's own `timers_max_pending` in [[tenants]].
-TIMER_MEMORY_BYTES = 500
-TIMERS_MEMORY_BUDGET_BYTES = 1024 * MIB
-DEFAULT_TIMERS_MAX_PENDING = TIMERS_MEMORY_BUDGET_BYTES // TIMER_MEMORY_BYTES
 # A tenant's `timers_max_pending = "unlimited"`: no quota for that tenant.
 UNLIMITED = "unlimited"
 
@@ -43,219 +51,6 @@ UNLIMITED = "unlimited"
 # It ships inside the package (package data), so an installed queen-raft finds it too;
 # cluster_configs/single.toml is a link to it for `make cluster`.
 EMBEDDED_DEFAULT_CONFIG = Path(__file__).resolve().parent / "default_config" / "single.toml"
-
-
-class ConfigError(ValueError):
-    """A configuration the node refuses to start with; the message names the key and the source."""
-
-
-def _parse_int(text: str) -> int:
-    return int(text.strip().replace("_", ""))
-
-
-def _parse_float(text: str) -> float:
-    return float(text.strip())
-
-
-def _parse_str(text: str) -> str:
-    return text
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(text)
-
-
-def _parse_optional_int(text: str) -> int | None:
-    """`none`, `off` or an empty value mean "no limit"."""
-    stripped = text.strip().lower()
-    if stripped in ("", "none", "off", "unlimited"):
-        return None
-    return _parse_int(stripped)
-
-
-@dataclass(frozen=True)
-class _SettingSpec:
-    key: str  # in [settings]
-    env: str  # its QUEEN_* variable
-    default: Any
-    parse_env: Callable[[str], Any]
-    check: Callable[[Any], str | None]  # an error text, or None when the value is good
-
-
-def _int_at_least(minimum: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return "must be an integer"
-        if value < minimum:
-            return f"must be >= {minimum}"
-        return None
-
-    return check
-
-
-def _optional_int_at_least(minimum: int) -> Callable[[Any], str | None]:
-    inner = _int_at_least(minimum)
-    return lambda value: None if value is None else inner(value)
-
-
-def _positive_float(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "must be a number"
-    if value <= 0:
-        return "must be > 0"
-    return None
-
-
-def _non_negative_number(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "must be a number"
-    if value < 0:
-        return "must be >= 0"
-    return None
-
-
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
-
-
-def _optional_str(value: Any) -> str | None:
-    return None if value is None or isinstance(value, str) else "must be a string"
-
-
-def _bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
-
-
-def _encryption_key(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not ENCRYPTION_KEY_RE.match(value):
-        return "must be 64 hex characters (an AES-256 key)"
-    return None
-
-
-# Every setting, its QUEEN_* variable and its default (the defaults are those of docs/spec.md).
-SETTING_SPECS: tuple[_SettingSpec, ...] = (
-    # Raft and the tick
-    _SettingSpec("timer_tick_ms", "QUEEN_RAFT_TIMER_TICK_MS", 50, _parse_int, _int_at_least(0)),
-    _SettingSpec("timer_min_gap_ms", "QUEEN_RAFT_TIMER_MIN_GAP_MS", 5, _parse_int, _int_at_least(0)),
-    _SettingSpec("timer_fire_batch", "QUEEN_RAFT_TIMER_FIRE_BATCH", 256, _parse_int, _int_at_least(1)),
-    _SettingSpec("timer_fire_max_bytes", "QUEEN_RAFT_TIMER_FIRE_MAX_BYTES", 4 * MIB, _parse_int, _int_at_least(1)),
-    _SettingSpec("commit_timeout_ms", "QUEEN_RAFT_COMMIT_TIMEOUT_MS", 5000, _parse_int, _int_at_least(1)),
-    _SettingSpec("fsync", "QUEEN_RAFT_FSYNC", "group", _parse_str, _one_of("group", "off")),
-    # The Raft peer password, or a file holding it; a node starts only with one (peer_password.py).
-    _SettingSpec("raft_password", "QUEEN_RAFT_PASSWORD", None, _parse_str, _optional_str),
-    _SettingSpec("raft_password_file", "QUEEN_RAFT_PASSWORD_FILE", None, _parse_str, _optional_str),
-    # An inbound Raft connection that has not proven the password and named its node by then is closed.
-    _SettingSpec("raft_handshake_timeout_s", "QUEEN_RAFT_HANDSHAKE_TIMEOUT_S", 5.0, _parse_float, _positive_float),
-    # Election timing: with these, a new leader takes about 0.3 s (pysyncobj's defaults take seconds).
-    _SettingSpec("election_min_s", "QUEEN_RAFT_ELECTION_MIN_S", 0.2, _parse_float, _positive_float),
-    _SettingSpec("election_max_s", "QUEEN_RAFT_ELECTION_MAX_S", 0.6, _parse_float, _positive_float),
-    _SettingSpec("append_entries_period_s", "QUEEN_RAFT_APPEND_ENTRIES_PERIOD_S", 0.05, _parse_float, _positive_float),
-    # An isolated leader steps down after this (pysyncobj's default of 30 s keeps it "leader" too long).
-    _SettingSpec("leader_fallback_timeout_s", "QUEEN_RAFT_LEADER_FALLBACK_TIMEOUT_S", 2.5, _parse_float, _positive_float),
-    _SettingSpec("connection_retry_s", "QUEEN_RAFT_CONNECTION_RETRY_S", 0.5, _parse_float, _positive_float),
-    # Proposals in flight per group on this node: backpressure instead of an unbounded queue.
-    # This and the compaction count default to queen_raft.raft.RaftSettings' measured values.
-    _SettingSpec("max_in_flight", "QUEEN_RAFT_MAX_IN_FLIGHT", 2048, _parse_int, _int_at_least(1)),
-    _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 2000, _parse_int, _int_at_least(1)),
-    # The timer routes
-    _SettingSpec("timers_max_ops_per_call", "QUEEN_TIMERS_MAX_OPS_PER_CALL", 256, _parse_int, _int_at_least(1)),
-    # None ("none", "unlimited" in the environment) disables the quota.
-    _SettingSpec("timers_max_pending", "QUEEN_TIMERS_MAX_PENDING", DEFAULT_TIMERS_MAX_PENDING, _parse_optional_int,
-                 _optional_int_at_least(0)),
-    _SettingSpec("timers_max_horizon_s", "QUEEN_TIMERS_MAX_HORIZON_S", 7_776_000, _parse_int, _int_at_least(0)),
-    _SettingSpec("timers_max_payload_bytes", "QUEEN_TIMERS_MAX_PAYLOAD_BYTES", MIB, _parse_int, _int_at_least(0)),
-    # Calls per second per tenant on each node (token bucket); 0 disables the limit.
-    _SettingSpec("timers_rate", "QUEEN_TIMERS_RATE", 1000.0, _parse_float, _non_negative_number),
-    # Bucket depth; 0 means one second's worth of the rate.
-    _SettingSpec("timers_rate_burst", "QUEEN_TIMERS_RATE_BURST", 0, _parse_int, _int_at_least(0)),
-    # A fire that fails (docs/spec.md section 2)
-    _SettingSpec("sweeper_max_attempts", "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, _parse_int, _int_at_least(1)),
-    _SettingSpec("sweeper_backoff_min_ms", "QUEEN_SWEEPER_BACKOFF_MIN_MS", 1000, _parse_int, _int_at_least(0)),
-    _SettingSpec("sweeper_backoff_max_ms", "QUEEN_SWEEPER_BACKOFF_MAX_MS", 60_000, _parse_int, _int_at_least(0)),
-    _SettingSpec("sweeper_transient_backoff_ms", "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS", 1000, _parse_int, _int_at_least(0)),
-    # Encryption at rest (AES-256-GCM)
-    _SettingSpec("encryption_key", "QUEEN_ENCRYPTION_KEY", None, _parse_str, _encryption_key),
-    # HTTP: the largest request body. One call is one Raft entry, and queen_raft.raft refuses
-    # entries over 8 MiB (pysyncobj's chunked path corrupts larger ones); a body's entry is never
-    # larger than the body plus ids and framing, so 6 MiB leaves the room.
-    _SettingSpec("http_max_body_bytes", "QUEEN_HTTP_MAX_BODY_BYTES", HTTP_MAX_BODY_CEILING, _parse_int,
-                 lambda v: _int_at_least(1024)(v) or (None if v <= HTTP_MAX_BODY_CEILING else f"must be <= {HTTP_MAX_BODY_CEILING}")),
-    # HTTP connections (queen_raft/api/connections.py): at most this many open at once; a new one
-    # past it closes the longest-idle connection, or is answered 503 when every one is mid-request.
-    _SettingSpec("http_max_connections", "QUEEN_HTTP_MAX_CONNECTIONS", 4096, _parse_int, _int_at_least(16)),
-    # An idle keep-alive connection is closed after this long without a request.
-    _SettingSpec("http_keepalive_timeout_s", "QUEEN_HTTP_KEEPALIVE_TIMEOUT_S", 60.0, _parse_float, _positive_float),
-    # A request head (request line and headers) must arrive within this from its first byte.
-    _SettingSpec("http_header_timeout_s", "QUEEN_HTTP_HEADER_TIMEOUT_S", 10.0, _parse_float, _positive_float),
-    # A request body must arrive within this once its route reads it (408 past it).
-    _SettingSpec("http_body_timeout_s", "QUEEN_HTTP_BODY_TIMEOUT_S", 30.0, _parse_float, _positive_float),
-    # HTTPS (queen_raft/http_tls.py): PEM paths; with both set the node serves HTTPS only.
-    _SettingSpec("http_tls_cert", "QUEEN_HTTP_TLS_CERT", None, _parse_str, _optional_str),
-    _SettingSpec("http_tls_key", "QUEEN_HTTP_TLS_KEY", None, _parse_str, _optional_str),
-    # Serve plain HTTP although an address is not loopback (a warning in the log, see http_tls.py).
-    _SettingSpec("allow_plaintext_http", "QUEEN_ALLOW_PLAINTEXT_HTTP", False, _parse_bool, _bool),
-)
-
-
-@dataclass(frozen=True)
-class Settings:
-    timer_tick_ms: int = 50
-    timer_min_gap_ms: int = 5
-    timer_fire_batch: int = 256
-    timer_fire_max_bytes: int = 4 * MIB
-    commit_timeout_ms: int = 5000
-    fsync: str = "group"
-    raft_password: str | None = None
-    raft_password_file: str | None = None
-    raft_handshake_timeout_s: float = 5.0
-    election_min_s: float = 0.2
-    election_max_s: float = 0.6
-    append_entries_period_s: float = 0.05
-    leader_fallback_timeout_s: float = 2.5
-    connection_retry_s: float = 0.5
-    max_in_flight: int = 2048
-    log_compaction_min_entries: int = 2000
-    timers_max_ops_per_call: int = 256
-    timers_max_pending: int | None = DEFAULT_TIMERS_MAX_PENDING
-    timers_max_horizon_s: int = 7_776_000
-    timers_max_payload_bytes: int = MIB
-    timers_rate: float = 1000.0
-    timers_rate_burst: int = 0
-    sweeper_max_attempts: int = 5
-    sweeper_backoff_min_ms: int = 1000
-    sweeper_backoff_max_ms: int = 60_000
-    sweeper_transient_backoff_ms: int = 1000
-    encryption_key: str | None = None
-    http_max_body_bytes: int = 6 * MIB
-    http_max_connections: int = 4096
-    http_keepalive_timeout_s: float = 60.0
-    http_header_timeout_s: float = 10.0
-    http_body_timeout_s: float = 30.0
-    http_tls_cert: str | None = None
-    http_tls_key: str | None = None
-    allow_plaintext_http: bool = False
-
-    def fire_policy(self) -> dict[str, int]:
-        """The settings that change what `apply` does; they travel in the command (docs/commands.md)."""
-        return {
-            "fireBatch": self.timer_fire_batch,
-            "fireMaxBytes": self.timer_fire_max_bytes,
-            "maxAttempts": self.sweeper_max_attempts,
-            "backoffMinMs": self.sweeper_backoff_min_ms,
-            "backoffMaxMs": self.sweeper_backoff_max_ms,
-            "transientBackoffMs": self.sweeper_transient_backoff_ms,
-        }
-
-
-assert {spec.key for spec in SETTING_SPECS} == {f.name for f in fields(Settings)}, "settings table and dataclass differ"
-assert all(getattr(Settings(), spec.key) == spec.default for spec in SETTING_SPECS), "defaults differ"
 
 
 @dataclass(frozen=True)
@@ -358,15 +153,6 @@ class ClusterConfig:
         return None
 
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _expect_table(value: Any, where: str, source: str) -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {where} must be a table")
@@ -435,40 +221,6 @@ def _check_dial_targets(nodes: list[NodeConfig], tenant_count: int, bound: dict[
                 used[target] = route.peer_id
 
 
-def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Settings:
-    known = {spec.key for spec in SETTING_SPECS}
-    unknown = table.keys() - known
-    if unknown:
-        raise ConfigError(f"{source}: [settings] has unknown key(s) {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {}
-    for spec in SETTING_SPECS:
-        value = table.get(spec.key, spec.default)
-        where = f"[settings].{spec.key}"
-        if spec.env in env:
-            where = f"environment {spec.env}"
-            try:
-                value = spec.parse_env(env[spec.env])
-            except ValueError:
-                raise ConfigError(f"{where}={env[spec.env]!r} is not a valid value") from None
-        if isinstance(spec.default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        problem = spec.check(value)
-        if problem:
-            raise ConfigError(f"{source}: {where} {problem}, got {value!r}")
-        values[spec.key] = value
-    settings = Settings(**values)
-    if settings.election_max_s > ELECTION_MAX_CEILING_S:
-        raise ConfigError(f"{source}: election_max_s must be <= {ELECTION_MAX_CEILING_S} (the Raft connection timeout)")
-    if settings.election_min_s >= settings.election_max_s:
-        raise ConfigError(f"{source}: election_min_s must be below election_max_s")
-    # pysyncobj's validate(): raftMinTimeout > 3 x appendEntriesPeriod.
-    if settings.election_min_s <= 3 * settings.append_entries_period_s:
-        raise ConfigError(f"{source}: election_min_s must exceed 3 x append_entries_period_s")
-    if settings.sweeper_backoff_min_ms > settings.sweeper_backoff_max_ms:
-        raise ConfigError(f"{source}: sweeper_backoff_min_ms must not exceed sweeper_backoff_max_ms")
-    return settings
-
-
 def _parse_token(raw: Any, tenant: str, index: int, source: str) -> TokenConfig:
     where = f"tenant {tenant!r} token #{index + 1}"
     table = _expect_table(raw, where, source)
@@ -507,6 +259,84 @@ def _tenant_quota(table: dict, tenant: str, source: str) -> int | str | None:
     return value
 
 
+def _parse_node(raw_node: Any, i: int, source: str) -> NodeConfig:
+    """One [[nodes]] entry, without its dial map (that needs every node)."""
+    where = f"node #{i + 1}"
+    table = _expect_table(raw_node, where, source)
+    _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, {"dial"})
+    node_id = table["id"]
+    if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
+        raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
+    if not isinstance(table["host"], str) or not table["host"]:
+        raise ConfigError(f"{source}: node {node_id!r}: host must be a non-empty string")
+    return NodeConfig(
+        id=node_id,
+        host=table["host"],
+        http_port=_expect_port(table["http_port"], f"node {node_id!r} http_port", source),
+        raft_port=_expect_port(table["raft_port"], f"node {node_id!r} raft_port", source),
+    )
+
+
+def _parse_tenant(raw_tenant: Any, i: int, tokens_by_sha256: dict[str, TokenConfig], source: str) -> TenantConfig:
+    """One [[tenants]] entry; its tokens go into `tokens_by_sha256`, where a token may appear once."""
+    where = f"tenant #{i + 1}"
+    table = _expect_table(raw_tenant, where, source)
+    _expect_keys(table, where, source, {"name", "tokens"}, {"timers_max_pending"})
+    name = table["name"]
+    if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
+        raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
+    raw_tokens = table["tokens"]
+    if not isinstance(raw_tokens, list) or not raw_tokens:
+        raise ConfigError(f"{source}: tenant {name!r} needs at least one [[tenants.tokens]]")
+    tokens = tuple(_parse_token(t, name, j, source) for j, t in enumerate(raw_tokens))
+    for token in tokens:
+        if token.sha256 in tokens_by_sha256:
+            raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
+        tokens_by_sha256[token.sha256] = token
+    return TenantConfig(name=name, index=i, tokens=tokens, timers_max_pending=_tenant_quota(table, name, source))
+
+
+def _listening_addresses(nodes: list[NodeConfig], tenants: list[TenantConfig], source: str) -> dict[tuple[str, int], str]:
+    """Every port a node listens on, on its host: HTTP, and one Raft port per tenant; none twice."""
+    taken: dict[tuple[str, int], str] = {}
+    for node in nodes:
+        wanted = [(node.http_port, f"node {node.id!r} http_port")]
+        for tenant in tenants:
+            port = node.raft_port + tenant.index
+            if port > 65535:
+                raise ConfigError(f"{source}: node {node.id!r}: raft_port + {tenant.index} (tenant {tenant.name!r}) is past 65535")
+            wanted.append((port, f"node {node.id!r} raft port of tenant {tenant.name!r}"))
+        for port, what in wanted:
+            key = (node.host, port)
+            if key in taken:
+                raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
+            taken[key] = what
+    return taken
+
+
+def _refuse_open_secrets_off_loopback(nodes: list[NodeConfig], tokens_by_sha256: dict[str, TokenConfig],
+                                      settings: Settings, source: str) -> None:
+    """Off loopback, tokens are stored hashed and the Raft ports have a password (docs/spec.md section 7).
+
+    Every address in the config counts: the nodes' and their dial targets."""
+    all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
+        is_loopback_host(route.via_host) for n in nodes for route in n.dial)
+    if all_loopback:
+        return
+    plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
+    if plain:
+        raise ConfigError(
+            f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
+            "dial target is loopback; store them as token_sha256"
+        )
+    if not settings.raft_password and not settings.raft_password_file:
+        raise ConfigError(
+            f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
+            "named in the config (settings raft_password or raft_password_file, or QUEEN_RAFT_PASSWORD or "
+            "QUEEN_RAFT_PASSWORD_FILE): the peer protocol is pickle"
+        )
+
+
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str = "<config>") -> ClusterConfig:
     """Checks a decoded TOML document and applies the QUEEN_* overrides found in `env`."""
     env = os.environ if env is None else env
@@ -525,22 +355,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
     if not isinstance(raw_tenants, list) or not raw_tenants:
         raise ConfigError(f"{source}: [[tenants]] must list at least one tenant")
 
-    nodes: list[NodeConfig] = []
-    for i, raw_node in enumerate(raw_nodes):
-        where = f"node #{i + 1}"
-        table = _expect_table(raw_node, where, source)
-        _expect_keys(table, where, source, {"id", "host", "http_port", "raft_port"}, {"dial"})
-        node_id = table["id"]
-        if not isinstance(node_id, str) or not NODE_ID_RE.match(node_id):
-            raise ConfigError(f"{source}: {where}: id {node_id!r} must match {NODE_ID_RE.pattern}")
-        if not isinstance(table["host"], str) or not table["host"]:
-            raise ConfigError(f"{source}: node {node_id!r}: host must be a non-empty string")
-        nodes.append(NodeConfig(
-            id=node_id,
-            host=table["host"],
-            http_port=_expect_port(table["http_port"], f"node {node_id!r} http_port", source),
-            raft_port=_expect_port(table["raft_port"], f"node {node_id!r} raft_port", source),
-        ))
+    nodes = [_parse_node(raw_node, i, source) for i, raw_node in enumerate(raw_nodes)]
     ids = [n.id for n in nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{source}: node ids must be unique, got {', '.join(ids)}")
@@ -551,66 +366,19 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None, s
         for node, raw_node in zip(nodes, raw_nodes)
     ]
 
-    tenants: list[TenantConfig] = []
     tokens_by_sha256: dict[str, TokenConfig] = {}
-    for i, raw_tenant in enumerate(raw_tenants):
-        where = f"tenant #{i + 1}"
-        table = _expect_table(raw_tenant, where, source)
-        _expect_keys(table, where, source, {"name", "tokens"}, {"timers_max_pending"})
-        name = table["name"]
-        if not isinstance(name, str) or not TENANT_NAME_RE.match(name):
-            raise ConfigError(f"{source}: {where}: name {name!r} must match {TENANT_NAME_RE.pattern}")
-        raw_tokens = table["tokens"]
-        if not isinstance(raw_tokens, list) or not raw_tokens:
-            raise ConfigError(f"{source}: tenant {name!r} needs at least one [[tenants.tokens]]")
-        tokens = tuple(_parse_token(t, name, j, source) for j, t in enumerate(raw_tokens))
-        for token in tokens:
-            if token.sha256 in tokens_by_sha256:
-                raise ConfigError(f"{source}: tenant {name!r}: a token is listed twice (tokens name one tenant and level)")
-            tokens_by_sha256[token.sha256] = token
-        tenants.append(TenantConfig(name=name, index=i, tokens=tokens,
-                                    timers_max_pending=_tenant_quota(table, name, source)))
+    tenants = [_parse_tenant(raw_tenant, i, tokens_by_sha256, source) for i, raw_tenant in enumerate(raw_tenants)]
     names = [t.name for t in tenants]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: tenant names must be unique, got {', '.join(names)}")
 
-    # Every port a node listens on, on its host: HTTP, and one Raft port per tenant.
-    taken: dict[tuple[str, int], str] = {}
-    for node in nodes:
-        wanted = [(node.http_port, f"node {node.id!r} http_port")]
-        for tenant in tenants:
-            port = node.raft_port + tenant.index
-            if port > 65535:
-                raise ConfigError(f"{source}: node {node.id!r}: raft_port + {tenant.index} (tenant {tenant.name!r}) is past 65535")
-            wanted.append((port, f"node {node.id!r} raft port of tenant {tenant.name!r}"))
-        for port, what in wanted:
-            key = (node.host, port)
-            if key in taken:
-                raise ConfigError(f"{source}: {what} ({node.host}:{port}) collides with {taken[key]}")
-            taken[key] = what
-    _check_dial_targets(nodes, len(tenants), taken, source)
+    _check_dial_targets(nodes, len(tenants), _listening_addresses(nodes, tenants, source), source)
 
     settings = _parse_settings(_expect_table(raw.get("settings", {}), "[settings]", source), env, source)
     if settings.http_tls_cert:
         nodes = [replace(node, scheme="https") for node in nodes]
 
-    # Every address in the config (docs/spec.md section 7): the nodes' and their dial targets.
-    all_loopback = all(is_loopback_host(n.host) for n in nodes) and all(
-        is_loopback_host(route.via_host) for n in nodes for route in n.dial)
-    if not all_loopback:
-        plain = [f"{t.tenant}/{t.level}" for t in tokens_by_sha256.values() if t.plaintext is not None]
-        if plain:
-            raise ConfigError(
-                f"{source}: plaintext tokens ({', '.join(plain)}) are allowed only when every node address and "
-                "dial target is loopback; store them as token_sha256"
-            )
-        if not settings.raft_password and not settings.raft_password_file:
-            raise ConfigError(
-                f"{source}: a node address or dial target is not loopback, so the Raft ports need a password "
-                "named in the config (settings raft_password or raft_password_file, or QUEEN_RAFT_PASSWORD or "
-                "QUEEN_RAFT_PASSWORD_FILE): the peer protocol is pickle"
-            )
-
+    _refuse_open_secrets_off_loopback(nodes, tokens_by_sha256, settings, source)
     return ClusterConfig(
         name=cluster["name"],
         data_dir=Path(cluster["data_dir"]),

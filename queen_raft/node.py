@@ -25,7 +25,7 @@ from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
 from queen_raft.api.rate_limit import TenantRateLimiter
 from queen_raft.api.serving import ServingNode
-from queen_raft.config import ClusterConfig, NodeConfig, Settings
+from queen_raft.config import ClusterConfig, NodeConfig
 from queen_raft.http_tls import refuse_to_start_without_tls
 from queen_raft.peer_password import resolve_raft_password
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
@@ -70,30 +70,6 @@ def encrypting_queue_names(state: TenantState) -> list[str]:
     return sorted(name for name in state.broker.queues if (state.queue_options(name) or {}).get("encryptionEnabled"))
 
 
-def raft_settings(settings: Settings) -> RaftSettings:
-    return RaftSettings(
-        commit_timeout_ms=settings.commit_timeout_ms,
-        tick_ms=settings.timer_tick_ms,
-        min_gap_ms=settings.timer_min_gap_ms,
-        fire_batch=settings.timer_fire_batch,
-        fire_max_bytes=settings.timer_fire_max_bytes,
-        fire_max_attempts=settings.sweeper_max_attempts,
-        fire_backoff_min_ms=settings.sweeper_backoff_min_ms,
-        fire_backoff_max_ms=settings.sweeper_backoff_max_ms,
-        fire_transient_backoff_ms=settings.sweeper_transient_backoff_ms,
-        fsync=settings.fsync,
-        election_min_s=settings.election_min_s,
-        election_max_s=settings.election_max_s,
-        append_entries_period_s=settings.append_entries_period_s,
-        leader_fallback_timeout_s=settings.leader_fallback_timeout_s,
-        connection_retry_s=settings.connection_retry_s,
-        max_in_flight=settings.max_in_flight,
-        log_compaction_min_entries=settings.log_compaction_min_entries,
-        password=settings.raft_password,
-        handshake_timeout_s=settings.raft_handshake_timeout_s,
-    )
-
-
 @dataclass
 class NodeProcess:
     config: ClusterConfig
@@ -113,7 +89,7 @@ def _destroy_groups(groups: dict[str, TenantGroup]) -> None:
 def build_node(config: ClusterConfig, node_id: str) -> NodeProcess:
     """Constructs every tenant group (main thread) and the serving state of the API."""
     node = config.node(node_id)
-    settings = raft_settings(resolve_raft_password(config).settings)
+    settings = RaftSettings.from_settings(resolve_raft_password(config).settings)
     metrics_groups: dict[str, TenantGroup] = {}
     metrics = ApiMetrics(groups_source=lambda: metrics_groups,
                          quotas={tenant.name: config.timers_max_pending(tenant.name) for tenant in config.tenants})

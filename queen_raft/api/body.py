@@ -19,7 +19,7 @@ import zlib
 from aiohttp import web
 
 from queen_raft.api.errors import ApiError
-from queen_raft.state.timers import decompress_bounded as zstd_decompress_bounded
+from queen_raft.state.zstd_bounded import decompress_bounded
 
 # Inflate output is produced this much at a time, so a bomb stops one chunk past the ceiling.
 INFLATE_CHUNK = 256 * 1024
@@ -59,7 +59,7 @@ async def read_body(request: web.Request, bad_request_code: str, timeout_s: floa
 
 def decode_body(raw: bytes, coding: str, limit: int, bad_request_code: str) -> bytes:
     if coding == "zstd":
-        decoded = zstd_decompress_bounded(raw, limit)
+        decoded = decompress_bounded(raw, limit)
         if decoded == "payload_too_large":
             raise too_large(limit, "the decompressed request body")
         if isinstance(decoded, str):

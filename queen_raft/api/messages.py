@@ -16,19 +16,18 @@ from queen_raft.api.ids import new_lease_id, new_message_id
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import name_over_limit
-from queen_raft.state.limits import MAX_ANSWER_BYTES, MAX_NAME_BYTES
+from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
+from queen_raft.state.message_items import ACK_STATUSES
 
 BAD_REQUEST = "bad_request"
 ANSWER_TOO_LARGE = "answer_too_large"
 UNAVAILABLE = "unavailable"
-DEFAULT_PARTITION = "Default"
 
 # One call is one Raft entry: bound the items so an entry stays small enough to replicate fast.
 MAX_PUSH_ITEMS = 1000
 MAX_ACK_ITEMS = 1000
 MAX_FETCH_ENTRIES = 64
-# Pop: messages per lease, and the longest a long poll holds a connection.
-MAX_POP_BATCH = 1000
+# Pop: the longest a long poll holds a connection (the batch bound is the state's MAX_POP_BATCH).
 DEFAULT_POP_TIMEOUT_MS = 30_000
 MAX_POP_TIMEOUT_MS = 60_000
 # A long poll re-checks through a read barrier at least this often even when nothing applied:
@@ -40,7 +39,6 @@ FETCH_MAX_LIMIT = 1000
 
 PUSH_ITEM_FIELDS = frozenset({"queue", "partition", "payload", "payloadB64", "transactionId", "traceId"})
 PUSH_SERVER_OWNED = frozenset({"messageId", "producerSub", "createdAt", "offset", "tenant"})
-ACK_STATUSES = ("completed", "failed", "retry", "dlq")
 ACK_ITEM_FIELDS = frozenset({"queue", "partition", "transactionId", "offset", "status", "error"})
 
 

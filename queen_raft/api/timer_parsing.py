@@ -12,10 +12,9 @@ from queen_raft.api.codec import PayloadDecodeError, decode_base64
 from queen_raft.api.errors import ApiError
 from queen_raft.api.ids import new_message_ids
 from queen_raft.api.requests import JSON_SAFE_INT, is_int
-from queen_raft.state.limits import MAX_NAME_BYTES
+from queen_raft.state.limits import DEFAULT_PARTITION, MAX_NAME_BYTES
 
 BAD_REQUEST = "timers_bad_request"
-DEFAULT_PARTITION = "Default"
 
 OPS = ("schedule", "reschedule", "cancel")
 # Fields a client may never set: they are attested by the broker (producerSub above all) or

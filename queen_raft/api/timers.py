@@ -22,7 +22,7 @@ from queen_raft.api.timer_parsing import (
 )
 from queen_raft.config import Settings
 from queen_raft.raft.group_api import GroupApi
-from queen_raft.state.timers import decompress_bounded as zstd_decompress_bounded
+from queen_raft.state.zstd_bounded import decompress_bounded
 
 UNAVAILABLE = "timers_unavailable"
 
@@ -96,13 +96,13 @@ def encrypt_op(serving: ServingNode, op: dict) -> dict:
     the fire cannot decompress ciphertext."""
     payload = op["payload"]
     if op["payloadZstd"]:
-        payload = decompress_bounded(payload, serving.settings.timers_max_payload_bytes)
+        payload = decompressed_or_refused(payload, serving.settings.timers_max_payload_bytes)
     return dict(op, payload=serving.cipher.encrypt(payload), payloadZstd=False, encrypted=True)
 
 
-def decompress_bounded(data: bytes, limit: int) -> bytes:
+def decompressed_or_refused(data: bytes, limit: int) -> bytes:
     """The state machine's own bounded decompression (what the fire would do), its refusals as answers."""
-    decoded = zstd_decompress_bounded(data, limit)
+    decoded = decompress_bounded(data, limit)
     if decoded == "payload_too_large":
         raise ApiError(413, "payload_too_large", f"the decompressed payload is over {limit} bytes")
     if isinstance(decoded, str):

@@ -171,6 +171,26 @@ class Transport:
         if index == self._current:
             self._current = (index + 1) % len(self._nodes)
 
+    def _body_and_headers(self, json_body: Any) -> tuple[bytes | None, dict[str, str]]:
+        data = None if json_body is None else json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return data, headers
+
+    async def _send(self, method: str, node: URL, path: str, query: dict[str, str], data: bytes | None,
+                    headers: dict[str, str], timeout: aiohttp.ClientTimeout) -> tuple[bytes, int, Any]:
+        """One attempt on one node: the raw body, the status and the headers of its answer."""
+        assert self.session is not None
+        url = node.with_path(node.path.rstrip("/") + path, encoded=True)
+        if query:
+            url = url.with_query(query)
+        async with self.session.request(method, url, data=data, headers=headers, timeout=timeout,
+                                        middlewares=self._request_middlewares) as response:
+            return await response.read(), response.status, response.headers
+
     async def request(self, method: str, path: str, *, json_body: Any = None, params: Mapping[str, Any] | None = None,
                       timeout_s: float | None = None, ok_statuses: tuple[int, ...] = (200, 201, 204),
                       idempotent: bool = True) -> Answer:
@@ -183,12 +203,7 @@ class Transport:
         assert self.session is not None
         started = time.monotonic()
         deadline = started + self.retry.budget_s
-        data = None if json_body is None else json.dumps(json_body, separators=(",", ":"), allow_nan=False).encode()
-        headers = {"Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        data, headers = self._body_and_headers(json_body)
         query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s, sock_connect=self.connect_timeout_s)
         maybe_applied = False
@@ -200,19 +215,10 @@ class Transport:
                 break
             index = self._pick(not_before)
             node = self._nodes[index]
-            wait = not_before[index] - time.monotonic()
-            if wait > 0:
-                if time.monotonic() + wait > deadline:
-                    break
-                await asyncio.sleep(wait)
-            url = node.with_path(node.path.rstrip("/") + path, encoded=True)
-            if query:
-                url = url.with_query(query)
+            if not await _wait_until_free(not_before[index], deadline):
+                break
             try:
-                async with self.session.request(method, url, data=data, headers=headers, timeout=timeout,
-                                                middlewares=self._request_middlewares) as response:
-                    raw = await response.read()
-                    status, response_headers = response.status, response.headers
+                raw, status, response_headers = await self._send(method, node, path, query, data, headers, timeout)
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:  # nothing was sent
                 last_error = ConnectionFailed(0, "connection_failed", f"{node}: {exc}")
                 self._fail_over(index, self.retry.backoff_s(attempt), not_before)
@@ -244,10 +250,25 @@ class Transport:
             self._fail_over(index, max(retry_after_seconds(response_headers) or 0.0, self.retry.backoff_s(attempt)), not_before)
             if time.monotonic() >= deadline:
                 break
-        if last_error is None:
-            last_error = Unavailable(0, "retry_budget_exhausted", "no attempt could be made within the retry budget")
-        last_error.maybe_applied_before = maybe_applied
-        raise last_error
+        raise _budget_spent(last_error, maybe_applied)
+
+
+def _budget_spent(last_error: QueenError | None, maybe_applied: bool) -> QueenError:
+    """The error a call raises when its attempts or its retry budget ran out: the last failure seen."""
+    if last_error is None:
+        last_error = Unavailable(0, "retry_budget_exhausted", "no attempt could be made within the retry budget")
+    last_error.maybe_applied_before = maybe_applied
+    return last_error
+
+
+async def _wait_until_free(not_before: float, deadline: float) -> bool:
+    """Sleep until a node may be asked again (monotonic `not_before`); False when that is past the deadline."""
+    wait = not_before - time.monotonic()
+    if wait > 0:
+        if time.monotonic() + wait > deadline:
+            return False
+        await asyncio.sleep(wait)
+    return True
 
 
 def path_segment(text: str, keep_slashes: bool = False) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pysyncobj import SyncObjConf, SyncObjConsumer
 
 from queen_raft.raft.connection import install_connection_recipe
-from queen_raft.raft.journal import fsync_directory_of, install_journal_factory, register_journal
+from queen_raft.raft.journal import fsync_directory_of
+from queen_raft.raft.journal_factory import install_journal_factory, register_journal
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.settings import (

@@ -28,7 +28,7 @@ from queen_raft.raft.construction import GroupFiles, build_syncobj
 from queen_raft.raft.errors import EntryTooLarge, GroupUnavailable, unavailable_after_failure
 from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.handoff import ResultHandoff
-from queen_raft.raft.journal import unregister_journal
+from queen_raft.raft.journal_factory import unregister_journal
 from queen_raft.raft.loopback import is_loopback_host, refuse_open_pickle_port
 from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, settle_future
 from queen_raft.raft.read_barrier import ReadBarrier

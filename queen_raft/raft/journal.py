@@ -25,9 +25,7 @@ damaged.py). The file grows only into space reserved with posix_fallocate (journ
 a full disk is an error instead of SIGBUS: records that do not fit wait in memory ("spilled"),
 never flushed, so never acknowledged, and go to the file as soon as it can grow again.
 
-pysyncobj creates its journal through the module global `pysyncobj.syncobj.createJournal`;
-`install_journal_factory` replaces it with one that looks up the kind registered for the journal
-path, so each group picks its own mode.
+Which of the two classes a group's journal is, is registered per journal file in journal_factory.py.
 """
 
 from __future__ import annotations
@@ -35,11 +33,9 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import threading
 import time
 
-import pysyncobj.syncobj
-from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, MemoryJournal
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
 from pysyncobj.pickle import dumps as pysyncobj_dumps
 
 from queen_raft.raft.damaged import DamagedDataError, report_runtime_damage
@@ -434,31 +430,3 @@ class GroupCommitJournal(CompactionGuardedJournal):
         msync under load).
         """
         os.fdatasync(self.journal_fileno())
-
-
-_JOURNAL_KINDS = {"group": GroupCommitJournal, "off": CompactionGuardedJournal}
-_registry_lock = threading.Lock()
-_registered: dict[str, tuple[type, str | None]] = {}  # journal path -> (class, full dump path)
-
-
-def register_journal(journal_file: str, fsync: str, full_dump_file: str | None) -> None:
-    with _registry_lock:
-        _registered[os.path.abspath(journal_file)] = (_JOURNAL_KINDS[fsync], full_dump_file)
-
-
-def unregister_journal(journal_file: str) -> None:
-    with _registry_lock:
-        _registered.pop(os.path.abspath(journal_file), None)
-
-
-def create_journal(journalFile=None):
-    """Replacement for pysyncobj.syncobj.createJournal (same signature)."""
-    if journalFile is None:
-        return MemoryJournal()
-    with _registry_lock:
-        kind, full_dump_file = _registered.get(os.path.abspath(journalFile), (CompactionGuardedJournal, None))
-    return kind(journalFile, full_dump_file)
-
-
-def install_journal_factory() -> None:
-    pysyncobj.syncobj.createJournal = create_journal

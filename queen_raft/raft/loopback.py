@@ -4,17 +4,11 @@ authenticates every frame)."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 
+from queen_raft.hosts import is_loopback_host
 
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["is_loopback_host", "refuse_open_pickle_port"]
 
 
 def refuse_open_pickle_port(tenant: str, password: str | None, hosts: Iterable[str]) -> None:

@@ -6,9 +6,16 @@ says which failure that is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from queen_raft.config import ELECTION_MAX_CEILING_S, HTTP_MAX_BODY_CEILING, Settings
 
 MiB = 1024 * 1024
+
+# The node's settings with nothing set: RaftSettings' defaults are theirs, so a default lives in
+# one place (config.py) whether a group is built by a node or directly (tests, benches).
+_DEFAULTS = Settings()
 
 # The largest entry we accept. An HTTP body is capped well below this by the API; an entry at or
 # above appendEntriesBatchSizeBytes takes pysyncobj's chunked path, which corrupts entries
@@ -39,7 +46,7 @@ MAX_HANDSHAKE_FRAME_BYTES = 64 * 1024
 # An inbound connection that has not completed the handshake (proven the password and named its
 # node) this long after it was accepted is closed. A peer's handshake is one round trip (~1 ms);
 # the rest is room for a loaded node. Config: raft_handshake_timeout_s.
-HANDSHAKE_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = _DEFAULTS.raft_handshake_timeout_s
 # Inbound connections still in their handshake, per group: past this the oldest is closed, so a
 # flood of connections costs a bounded number of file descriptors and buffers. Peers (at most one
 # connection each per group, redialled every connection_retry_s) stay far below it.
@@ -67,47 +74,82 @@ HEAP_TRIM_MIN_INTERVAL_S = 10.0
 # Compaction also happens on time; 300 s is pysyncobj's default and bounds replay on restart.
 LOG_COMPACTION_MIN_TIME_S = 300
 
+# Bounds that depend on each other, checked when the module loads: a change to one that breaks the
+# other stops every node and every test at once instead of failing under load.
+# A call is one entry, and its entry is its body plus ids and framing: the body's ceiling stays below.
+assert HTTP_MAX_BODY_CEILING < MAX_ENTRY_BYTES, "an HTTP body must fit in one Raft entry"
+# An entry at or above the batch size takes pysyncobj's chunked path (see MAX_ENTRY_BYTES).
+assert APPEND_ENTRIES_BATCH_SIZE_BYTES > MAX_ENTRY_BYTES, "an entry must never reach the append batch size"
+# The largest append_entries frame a node sends (a full batch plus one entry, base64 by Fernet: 4/3)
+# must pass a peer's frame cap, or replication of large entries would stall.
+assert MAX_PEER_FRAME_BYTES > (APPEND_ENTRIES_BATCH_SIZE_BYTES + MAX_ENTRY_BYTES) * 4 // 3, \
+    "the peer frame cap must hold a full append_entries message"
+# config.py refuses an election_max_s above its ceiling so that pysyncobj's validate() (connection
+# timeout >= election maximum) cannot fail later, inside a group.
+assert ELECTION_MAX_CEILING_S == CONNECTION_TIMEOUT_S, "the election ceiling is the Raft connection timeout"
+
+
+# RaftSettings field -> the Settings field it is derived from (every field but the fire policy).
+SETTINGS_FIELDS = {
+    "commit_timeout_ms": "commit_timeout_ms",
+    "tick_ms": "timer_tick_ms",
+    "min_gap_ms": "timer_min_gap_ms",
+    "fsync": "fsync",
+    "election_min_s": "election_min_s",
+    "election_max_s": "election_max_s",
+    "append_entries_period_s": "append_entries_period_s",
+    "leader_fallback_timeout_s": "leader_fallback_timeout_s",
+    "connection_retry_s": "connection_retry_s",
+    "max_in_flight": "max_in_flight",
+    "log_compaction_min_entries": "log_compaction_min_entries",
+    "password": "raft_password",
+    "handshake_timeout_s": "raft_handshake_timeout_s",
+}
+
 
 @dataclass(frozen=True)
 class RaftSettings:
+    """What one tenant's group needs of the node's settings; `from_settings` derives it."""
+
     # A write's answer waits at most this long for commit + local apply (QUEEN_RAFT_COMMIT_TIMEOUT_MS).
-    commit_timeout_ms: int = 5000
+    commit_timeout_ms: int = _DEFAULTS.commit_timeout_ms
     # The leader tick: never sleep longer than tick_ms (0 disables fires), never propose two ticks
     # closer than min_gap_ms (docs/spec.md section 2, QUEEN_RAFT_TIMER_TICK_MS / _MIN_GAP_MS).
-    tick_ms: int = 50
-    min_gap_ms: int = 5
-    # Fire bounds carried in the tick command so every replica applies the same batch.
-    fire_batch: int = 256
-    fire_max_bytes: int = 4 * MiB
-    # How a failing fire backs off (QUEEN_SWEEPER_*): also in the tick command, for the same reason.
-    fire_max_attempts: int = 5
-    fire_backoff_min_ms: int = 1000
-    fire_backoff_max_ms: int = 60_000
-    fire_transient_backoff_ms: int = 1000
+    tick_ms: int = _DEFAULTS.timer_tick_ms
+    min_gap_ms: int = _DEFAULTS.timer_min_gap_ms
+    # The fire policy (Settings.fire_policy: bounds and backoff), carried in every tick command so
+    # every replica applies the same batch and backs a failure off alike. Compared, not hashed (a
+    # mapping is not hashable): RaftSettings stays usable as a key.
+    fire_policy: Mapping[str, int] = field(default_factory=_DEFAULTS.fire_policy, hash=False)
     # "group": one journal flush per pysyncobj tick before a follower acknowledges and before the
     # leader counts itself; term/vote fsynced. "off": no fsync (survives kill -9, not power loss).
-    fsync: str = "group"
+    fsync: str = _DEFAULTS.fsync
     # Election timing: new leader in ~0.3 s median after a leader kill (recipe section 5).
-    election_min_s: float = 0.2
-    election_max_s: float = 0.6
+    election_min_s: float = _DEFAULTS.election_min_s
+    election_max_s: float = _DEFAULTS.election_max_s
     # Heartbeats go only from the tick loop, so autoTickPeriod <= appendEntriesPeriod.
-    append_entries_period_s: float = 0.05
+    append_entries_period_s: float = _DEFAULTS.append_entries_period_s
     # An isolated leader steps down after this (default 30 s would keep a stale leader).
-    leader_fallback_timeout_s: float = 2.5
+    leader_fallback_timeout_s: float = _DEFAULTS.leader_fallback_timeout_s
     # A restarted peer is redialled after this (default 5 s delayed catch-up by seconds).
-    connection_retry_s: float = 0.5
+    connection_retry_s: float = _DEFAULTS.connection_retry_s
     # Calls in flight per group: beyond it propose() answers "busy" at once instead of queueing
     # (an unthrottled burst otherwise fills pysyncobj's queue and gets QUEUE_FULL replies).
-    max_in_flight: int = 2048
+    max_in_flight: int = _DEFAULTS.max_in_flight
     # FileJournal keeps every entry in RAM and has uint32 offsets: compact by count well before
     # large entries can fill 4 GiB (2000 x 1 MiB = 2 GiB worst case).
-    log_compaction_min_entries: int = 2000
+    log_compaction_min_entries: int = _DEFAULTS.log_compaction_min_entries
     # Peer authentication (Fernet): the peer protocol is pickle, so an open port is remote code
     # execution. A node always has one (queen_raft.peer_password); TenantGroup refuses None off
     # loopback, and in-process tests on loopback may leave it out.
     password: str | None = None
     # An inbound Raft connection still in its handshake this long after accept is closed.
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RaftSettings:
+        return cls(fire_policy=settings.fire_policy(),
+                   **{name: getattr(settings, source) for name, source in SETTINGS_FIELDS.items()})
 
     def __post_init__(self) -> None:
         if self.fsync not in ("group", "off"):
@@ -118,8 +160,8 @@ class RaftSettings:
             raise ValueError("commit_timeout_ms must be > 0")
         if self.max_in_flight <= 0:
             raise ValueError("max_in_flight must be > 0")
-        if self.fire_batch <= 0 or self.fire_max_bytes <= 0:
-            raise ValueError("fire_batch and fire_max_bytes must be > 0")
+        if self.fire_policy.get("fireBatch", 1) <= 0 or self.fire_policy.get("fireMaxBytes", 1) <= 0:
+            raise ValueError("the fire policy's fireBatch and fireMaxBytes must be > 0")
         if not self.election_min_s > 3 * self.append_entries_period_s:
             # pysyncobj's validate() asserts this; say it in our words first.
             raise ValueError("election_min_s must exceed 3 x append_entries_period_s")
@@ -131,12 +173,6 @@ class RaftSettings:
             raise ValueError(f"election_max_s must be <= {CONNECTION_TIMEOUT_S} (connection timeout)")
 
     @property
-    def tick_policy(self) -> dict:
-        return {
-            "fireBatch": self.fire_batch,
-            "fireMaxBytes": self.fire_max_bytes,
-            "maxAttempts": self.fire_max_attempts,
-            "backoffMinMs": self.fire_backoff_min_ms,
-            "backoffMaxMs": self.fire_backoff_max_ms,
-            "transientBackoffMs": self.fire_transient_backoff_ms,
-        }
+    def tick_policy(self) -> dict[str, int]:
+        """The `policy` of a tick command (docs/commands.md)."""
+        return dict(self.fire_policy)

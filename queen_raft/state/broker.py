@@ -1,7 +1,7 @@
 """The message side of a tenant: the push path, pop, ack, leases, configure and the DLQ.
 
 A timer's fire takes the steps of `Broker.push_message` (dedup, then the payload and size limits,
-then `Broker.append`; inlined in `timers.fire` for speed), so a fired message and a pushed one are
+then `Broker.append`; inlined in `fire.fire` for speed), so a fired message and a pushed one are
 indistinguishable in the log.
 
 Choices the contract leaves open (docs/spec.md lists those that reach the wire):
@@ -65,43 +65,13 @@ from .partition import (
     Lease,
     Partition,
 )
+from .message_items import ACK_STATUSES, validate_ack_item, validate_push_item
 from .queue import Queue, validate_options
 from .refusal import is_int, require
 from .released import ReleasedLeases, Settlement, find_settlement
 
-ACK_STATUSES = frozenset({"completed", "failed", "retry", "dlq"})
-
-
-def validate_push_item(item: object, index: int) -> None:
-    """Shape of one push item (the API checked it already; the state checks again)."""
-    require(isinstance(item, dict), "bad_request", "item must be an object", index)
-    require(isinstance(item.get("queue"), str) and item["queue"] != "", "bad_request",
-            "queue must be a non-empty string", index)
-    require(isinstance(item.get("partition", DEFAULT_PARTITION), str), "bad_request",
-            "partition must be a string", index)
-    require(isinstance(item.get("payload"), bytes), "bad_request", "payload must be bytes", index)
-    require(isinstance(item.get("transactionId"), str), "bad_request",
-            "transactionId must be a string", index)
-    require(isinstance(item.get("messageId"), str), "bad_request", "messageId must be a string", index)
-    require(item.get("traceId") is None or isinstance(item["traceId"], str), "bad_request",
-            "traceId must be a string", index)
-    require(isinstance(item.get("encrypted", False), bool), "bad_request",
-            "encrypted must be a boolean", index)
-
-
-def validate_ack_item(item: object, index: int) -> None:
-    require(isinstance(item, dict), "bad_request", "acknowledgment must be an object", index)
-    require(item.get("status") in ACK_STATUSES, "bad_request", "unknown ack status", index)
-    require(isinstance(item.get("partition", DEFAULT_PARTITION), str), "bad_request",
-            "partition must be a string", index)
-    require(item.get("queue") is None or isinstance(item["queue"], str), "bad_request",
-            "queue must be a string", index)
-    has_offset = is_int(item.get("offset"))
-    has_txn = isinstance(item.get("transactionId"), str)
-    require(has_offset or has_txn, "bad_request", "transactionId or offset is required", index)
-    require(item.get("error") is None or isinstance(item["error"], str), "bad_request",
-            "error must be a string", index)
-
+# Re-exported: the shape checks of the items the broker takes.
+__all__ = ["ACK_STATUSES", "Broker", "validate_ack_item", "validate_push_item"]
 
 class Broker:
     def __init__(self) -> None:

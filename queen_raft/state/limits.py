@@ -30,8 +30,8 @@ MAX_FIRE_BATCH = 256
 # At most this much payload per tick entry: bounds the memory of one apply and what the next
 # snapshot has to carry in one go. At least one timer is always taken (see timers.py).
 MAX_FIRE_BYTES = 4 * 1024 * 1024
-# Permanent failures a timer survives before it is filed in the DLQ (docs/spec.md section 2:
-# QUEEN_SWEEPER_MAX_ATTEMPTS).
+# Permanent failures a timer survives before it is filed in the DLQ (docs/spec.md section 2; a
+# node's QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS travels in the command's policy).
 MAX_FIRE_ATTEMPTS = 5
 # Backoff after a permanent failure: BACKOFF_MIN_MS * 2^(attempts-1), capped at BACKOFF_MAX_MS
 # (1 s .. 60 s), so a broken payload costs at most a handful of entries before the DLQ.
@@ -179,3 +179,14 @@ READABLE_SNAPSHOT_FORMATS = (1, 2)
 # zstd level 1: a million timers compress in a fraction of a second; higher levels save little on
 # msgpack of ids and cost seconds. Single-threaded so the bytes never depend on the machine.
 SNAPSHOT_ZSTD_LEVEL = 1
+
+# --- bounds that depend on each other, checked when the module loads ------------------------------
+
+# The lease just released is always remembered whole (see MAX_REMEMBERED_SETTLEMENTS).
+assert MAX_REMEMBERED_SETTLEMENTS > MAX_POP_BATCH, "remembered settlements must exceed a pop's batch"
+# Every instant the state derives stays inside msgpack's int64: now + a delay, now + an option in ms.
+assert MAX_INSTANT_MS + MAX_DELAY_MS < 2**63, "deliverAt must fit int64"
+assert MAX_INSTANT_MS + QUEUE_INT_OPTION_MAX * MS_PER_SECOND < 2**63, "now + an option's ms must fit int64"
+# The default policy is one a command may carry.
+assert all(minimum <= getattr(DEFAULT_FIRE_POLICY, name) <= MAX_POLICY_VALUE
+           for name, minimum in POLICY_KEYS.values()), "the default fire policy is out of range"

@@ -137,7 +137,7 @@ class Partition:
         return None
 
     def append(self, message: tuple, dedup_window_ms: int) -> int:
-        # timers.fire inlines these steps (its hot path): a change here goes there too.
+        # fire.fire inlines these steps (its hot path): a change here goes there too.
         offset = self.base + len(self.log)
         self.log.append(message)
         if dedup_window_ms > 0:

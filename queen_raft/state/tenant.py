@@ -35,58 +35,31 @@ from typing import Iterator
 import msgpack
 import zstandard
 
-from .broker import Broker, validate_ack_item, validate_push_item
+from .broker import Broker
+from .command_args import clamp_limit, group_name, parse_policy
+from .fire import FireTally, fire
 from .fired_memory import FiredMemory, record_answer
 from .invariants import check_tenant_state
 from .kv import KvStore, validate_kv_op
 from .limits import (
-    DEFAULT_FIRE_POLICY,
     DEFAULT_PARTITION,
-    LIST_LIMIT_DEFAULT,
-    LIST_LIMIT_MAX,
-    LIST_LIMIT_MIN,
     MAX_INSTANT_MS,
     MAX_LEASE_EXTEND_SECONDS,
-    MAX_POLICY_VALUE,
-    POLICY_KEYS,
     QUEUE_MODE_GROUP,
     READABLE_SNAPSHOT_FORMATS,
     SNAPSHOT_FORMAT_VERSION,
     SNAPSHOT_ZSTD_LEVEL,
     FirePolicy,
 )
+from .message_items import validate_ack_item, validate_push_item
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import apply_timer_ops, check_quota, check_required_pending, validate_timer_ops
-from .timers import FireTally, TimerTable, fire, peek_timer
+from .timers import TimerTable, peek_timer
+from .transaction import resolve_acks, split_operations
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
-
-
-def clamp_limit(limit: int | None) -> int:
-    if limit is None:
-        return LIST_LIMIT_DEFAULT
-    return max(LIST_LIMIT_MIN, min(LIST_LIMIT_MAX, limit))
-
-
-def parse_policy(policy: object, code: str) -> FirePolicy:
-    if policy is None:
-        return DEFAULT_FIRE_POLICY
-    require(isinstance(policy, dict), code, "policy must be an object")
-    fields = {}
-    for name, value in policy.items():
-        require(name in POLICY_KEYS, code, f"unknown policy key {name!r}")
-        field, minimum = POLICY_KEYS[name]
-        require(is_int(value) and minimum <= value <= MAX_POLICY_VALUE, code,
-                f"{name} must be an integer in {minimum}..{MAX_POLICY_VALUE}")
-        fields[field] = value
-    return DEFAULT_FIRE_POLICY._replace(**fields)
-
-
-def group_name(value: object) -> str:
-    require(value is None or isinstance(value, str), "bad_request", "consumerGroup must be a string")
-    return QUEUE_MODE_GROUP if value is None else value
 
 
 @contextmanager
@@ -296,22 +269,7 @@ class TenantState:
         require(producer_sub is None or isinstance(producer_sub, str), "bad_request",
                 "producerSub must be a string")
         policy = parse_policy(command.get("policy"), "bad_request")
-        pushes: list[dict] = []
-        acks: list[tuple[int, dict]] = []
-        for index, operation in enumerate(operations):
-            require(isinstance(operation, dict), "bad_request", "operation must be an object", index)
-            kind = operation.get("type")
-            if kind == "push":
-                validate_push_item(operation, index)
-                pushes.append(operation)
-            elif kind == "ack":
-                validate_ack_item(operation, index)
-                require(operation.get("leaseId") is None or isinstance(operation["leaseId"], str),
-                        "bad_request", "leaseId must be a string", index)
-                group_name(operation.get("consumerGroup"))
-                acks.append((index, operation))
-            else:
-                raise Refusal("bad_request", f"unknown operation type {kind!r}", index)
+        pushes, push_indexes, acks = split_operations(operations)
         kv_base = len(operations)
         for index, op in enumerate(kv_ops):
             validate_kv_op(op, kv_base + index)
@@ -320,28 +278,12 @@ class TenantState:
         self._refuse_schedules_while_paused(timer_ops)
 
         # State checks, in the order of the reasons: nothing has changed yet.
-        push_indexes = [index for index, op in enumerate(operations) if op["type"] == "push"]
         try:
             self.broker.check_pushes(pushes, now)
         except Refusal as refusal:
             refusal.index = push_indexes[refusal.index]
             raise
-        resolved = []
-        claimed: set[tuple[str, int]] = set()
-        for index, operation in acks:
-            group = group_name(operation.get("consumerGroup"))
-            target = self.broker.resolve_ack(group, operation.get("leaseId"), operation, now)
-            if target is None:
-                # A retried transaction must not apply its other parts twice (broker.py).
-                settlement = self.broker.remembered_settlement(group, operation.get("leaseId"),
-                                                               operation)
-                if settlement is not None:
-                    raise Refusal("rejected_ack",
-                                  f"already settled as {settlement[1]} under this lease", index)
-            require(target is not None and (target[0].lease_id, target[1]) not in claimed,
-                    "rejected_ack", "the lease does not cover this message", index)
-            claimed.add((target[0].lease_id, target[1]))
-            resolved.append((index, target, operation))
+        resolved = resolve_acks(self.broker, acks, now)
         overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
         check_required_pending(self.timers, timer_ops, timer_base)
         check_quota(self.timers, timer_ops, command.get("maxPending"))

@@ -1,4 +1,4 @@
-"""The timer table, its due index, and the fire of due timers through the push path.
+"""The timer table and its due index (the fire of due timers is fire.py).
 
 Layout, chosen for a million pending timers (see bench/state_bench.py for the measured bytes):
 
@@ -47,22 +47,12 @@ from itertools import islice, takewhile
 from operator import itemgetter, methodcaller
 
 import msgpack
-import zstandard
 from sortedcontainers import SortedList
 
-from .broker import Broker
-from .fired_memory import FiredMemory
-from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
-from .partition import Partition
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
 
 _intern = sys.intern
 
-# Decompression reads this much at a time (see decompress_bounded).
-DECOMPRESS_CHUNK = 1 << 20
-# 1 << 62 exceeds any backoffMaxMs (at most 2^40), so capping the exponent here never changes the
-# backoff; it only spares computing 2^attempts when a policy allows a huge maxAttempts.
-MAX_BACKOFF_DOUBLINGS = 62
 
 
 # A timer's fields, in tuple order.
@@ -400,147 +390,3 @@ def _retry(attempts: int, last_error: str | None, deliver_at: int,
     if last_error is None and attempts == 0 and deliver_at == due_at:
         return None
     return (attempts, last_error, deliver_at)
-
-
-def decompress_bounded(payload: bytes, limit: int) -> bytes | str:
-    """The decompressed payload, or why it cannot be: corrupt, or larger than `limit`.
-
-    Read in chunks, so a large `maxPayloadBytes` never allocates its whole size up front and a
-    zstd bomb stops one chunk past the limit. The error text is fixed (not the library's message):
-    `lastError` is replicated, and replicas must agree on it even across zstandard versions.
-    """
-    parts: list[bytes] = []
-    total = 0
-    try:
-        reader = zstandard.ZstdDecompressor().stream_reader(payload)
-        while True:
-            chunk = reader.read(DECOMPRESS_CHUNK)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                return "payload_too_large"
-            parts.append(chunk)
-    except zstandard.ZstdError:
-        return "payload_zstd: the payload does not decompress"
-    return b"".join(parts)
-
-
-class FireTally:
-    """The counts of one fire, shaped as the `tick` answer."""
-
-    __slots__ = ("fired", "appended", "duplicate", "failed", "dlq", "lags")
-
-    def __init__(self) -> None:
-        self.fired = self.appended = self.duplicate = self.failed = self.dlq = 0
-        self.lags: list[int] = []
-
-
-def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePolicy,
-         now: int, memory: FiredMemory | None = None) -> FireTally:
-    """Push each timer's message through the push path; failures go back into the table.
-
-    With `memory`, each fire that put its txn in a partition (appended, or a duplicate of a
-    message in the window) and each timer filed in the DLQ is remembered for the queue's dedup
-    window (fired_memory.py); the memory is trimmed once, after the whole fire.
-
-    The steps of Broker.push_message, inlined for the hot path: dedup first, then the limits, and
-    the partition created only when a message is appended to it. A partition's `prune` runs once
-    per fire rather than once per timer: at a fixed `now` it is idempotent, and what this fire
-    appends (createdAt = now, dedup expiry now + window > now) is never prunable at `now`, so
-    pruning again would remove nothing.
-    """
-    tally = FireTally()
-    tally.fired = len(timers)
-    lags = tally.lags
-    queues = broker.queues
-    appended = duplicate = 0
-    queue_name = queue = partitions = None
-    pruned: set[Partition] = set()
-    # The fired memory's order, bound once, and the current queue's key map in it, bound at the
-    # queue's first remembered fire (the hot path of FiredMemory.remember, inlined below).
-    keep_in_order = None if memory is None else memory.order.append
-    fired_answers = None
-    for timer in timers:
-        (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
-         encrypted, producer_sub, retry, created_at, _) = timer
-        if retry is not None:  # a failed timer: deliverAt is no longer its dueAt
-            deliver_at = retry[R_DELIVER_AT]
-        if name is not queue_name:
-            queue_name = name
-            fired_answers = None
-            queue = queues.get(name) or broker.queue(name)
-            partitions = queue.partitions
-        partition = partitions.get(partition_name)
-        if partition is not None:
-            if partition not in pruned:
-                partition.prune(now, queue.retention_ms)
-                pruned.add(partition)
-            entry = partition.dedup.get(txn)
-            if entry is not None and entry[2] > now:  # Partition.find_duplicate
-                duplicate += 1
-                lags.append(now - deliver_at)
-                if memory is not None and queue.dedup_window_ms > 0:
-                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
-                                     txn, entry[0], entry[1]))
-                continue
-        error = None
-        transient = False
-        if payload_zstd:
-            decoded = decompress_bounded(payload, queue.max_payload_bytes)
-            if isinstance(decoded, str):
-                error = decoded
-            else:
-                payload = decoded
-        if error is None:
-            error = queue.admit(len(payload))
-            transient = error == "queue_full"
-        if error is None:
-            if partition is None:
-                partition = queue.partition(partition_name)
-            # Partition.append, inlined: the message, then its dedup entry and expiry.
-            log = partition.log
-            offset = partition.base + len(log)
-            log.append((txn, message_id, payload, now, producer_sub, None, encrypted))
-            window_ms = queue.dedup_window_ms
-            if window_ms > 0:
-                expires_at = now + window_ms
-                partition.dedup[txn] = (offset, message_id, expires_at)
-                partition.dedup_expiry.append((expires_at, txn))
-                if keep_in_order is not None:
-                    if fired_answers is None:
-                        fired_answers = memory.answers_for(name)
-                    fired_answers[key] = record = (now, expires_at, name, key, partition_name,
-                                                   txn, offset, message_id)
-                    keep_in_order(record)
-            appended += 1
-            lags.append(now - deliver_at)
-            continue
-        attempts = 0 if retry is None else retry[R_ATTEMPTS]
-        if transient:
-            due_at = now + policy.transient_backoff_ms
-        else:
-            attempts += 1
-            if attempts >= policy.max_attempts:
-                dlq_id = broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET,
-                                         txn, message_id, timer[T_PAYLOAD], created_at,
-                                         producer_sub, None, encrypted, error, attempts, now,
-                                         key, payload_zstd)
-                if memory is not None and queue.dedup_window_ms > 0:
-                    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name,
-                                     txn, dlq_id, message_id))
-                tally.dlq += 1
-                continue
-            doublings = min(attempts - 1, MAX_BACKOFF_DOUBLINGS)
-            due_at = now + min(policy.backoff_min_ms << doublings, policy.backoff_max_ms)
-        tally.failed += 1
-        table.insert((due_at, name, key, partition_name, txn, message_id, timer[T_PAYLOAD],
-                      payload_zstd, encrypted, producer_sub, (attempts, error, deliver_at),
-                      created_at, now))
-    if memory is not None:
-        memory.trim(now)
-    # Broker.append's count, once for the whole fire.
-    broker.pushed += appended
-    tally.appended = appended
-    tally.duplicate = duplicate
-    return tally

@@ -29,7 +29,7 @@ PAUSED_ADMIN = token("globex", "admin")
 CLI_TIMEOUT_S = 30
 # A timer's first permanent failure files it in the DLQ (the default, 5 tries over 1+2+4+8 s of
 # backoff, would only make the test wait).
-SWEEPER_MAX_ATTEMPTS = 1
+FIRE_MAX_ATTEMPTS = 1
 # A due timer fires at the next leader tick (50 ms); a loaded machine may take a few seconds.
 FIRE_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.1
@@ -38,7 +38,7 @@ GARBAGE_ZSTD = base64.b64encode(b"not zstd at all").decode()
 
 @pytest.fixture(scope="module")
 def node_cluster(tmp_path_factory):
-    with running_cluster(tmp_path_factory.mktemp("cli"), settings={"sweeper_max_attempts": SWEEPER_MAX_ATTEMPTS}) as cluster:
+    with running_cluster(tmp_path_factory.mktemp("cli"), settings={"timer_fire_max_attempts": FIRE_MAX_ATTEMPTS}) as cluster:
         yield cluster
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from cluster_fixture import pick_port_runs
 from queen_raft import clock
+from queen_raft.config import Settings
 from queen_raft.raft import RaftSettings, TenantGroup
 from queen_raft.raft import tick as tick_module
 from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
@@ -62,7 +63,8 @@ async def test_drain_ticks_are_never_closer_than_the_gap_nor_batched(tmp_path, m
     monkeypatch.setattr(tick_module, "split_gap_wait", recorded_split)
     (port,) = pick_port_runs(1, 1)
     addr = f"127.0.0.1:{port}"
-    settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS, fire_batch=FIRE_BATCH)
+    settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS,
+                            fire_policy=Settings(timer_fire_batch=FIRE_BATCH).fire_policy())
     group = TenantGroup("t", addr, [addr], str(tmp_path), settings, TimerLogState, TimerLogState.restore)
     try:
         group.start_tick_loop(asyncio.get_running_loop())

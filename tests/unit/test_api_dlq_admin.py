@@ -61,7 +61,7 @@ async def test_dlq_replay_pushes_again_once_and_list_limits():
 
 
 async def test_timer_dlq_row_replay_is_409():
-    async with ApiHarness(env={"QUEEN_SWEEPER_MAX_ATTEMPTS": "1"}) as api:
+    async with ApiHarness(env={"QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS": "1"}) as api:
         status, _, _ = await api.call("POST", "/api/v1/timers", json=[{
             "op": "schedule", "queue": "q", "timerKey": "bad", "delayMs": 0, "txn": "t", "payload": GARBAGE_ZSTD,
             "payloadZstd": True}])

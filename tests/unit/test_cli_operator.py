@@ -73,7 +73,7 @@ def node():
 @pytest.fixture
 def one_try_node():
     """A timer whose fire fails permanently is filed in the DLQ at its first failure."""
-    started = InProcessNode(env={"QUEEN_SWEEPER_MAX_ATTEMPTS": "1"}).start()
+    started = InProcessNode(env={"QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS": "1"}).start()
     yield started
     started.stop()
 

@@ -82,7 +82,8 @@ def test_defaults_are_the_spec_defaults():
     assert (s.timer_tick_ms, s.timer_min_gap_ms, s.timer_fire_batch, s.timer_fire_max_bytes) == (50, 5, 256, 4 << 20)
     assert (s.commit_timeout_ms, s.fsync, s.timers_max_ops_per_call) == (5000, "group", 256)
     assert (s.timers_max_horizon_s, s.timers_max_payload_bytes) == (7_776_000, 1 << 20)
-    assert (s.sweeper_max_attempts, s.sweeper_backoff_min_ms, s.sweeper_backoff_max_ms, s.sweeper_transient_backoff_ms) == (5, 1000, 60000, 1000)
+    assert (s.timer_fire_max_attempts, s.timer_fire_backoff_min_ms, s.timer_fire_backoff_max_ms,
+            s.timer_fire_transient_backoff_ms) == (5, 1000, 60000, 1000)
 
 
 ENV_CASES = {
@@ -98,10 +99,10 @@ ENV_CASES = {
     "QUEEN_TIMERS_MAX_HORIZON_S": ("60", "timers_max_horizon_s", 60),
     "QUEEN_TIMERS_MAX_PAYLOAD_BYTES": ("100", "timers_max_payload_bytes", 100),
     "QUEEN_TIMERS_RATE": ("2.5", "timers_rate", 2.5),
-    "QUEEN_SWEEPER_MAX_ATTEMPTS": ("2", "sweeper_max_attempts", 2),
-    "QUEEN_SWEEPER_BACKOFF_MIN_MS": ("10", "sweeper_backoff_min_ms", 10),
-    "QUEEN_SWEEPER_BACKOFF_MAX_MS": ("2000", "sweeper_backoff_max_ms", 2000),
-    "QUEEN_SWEEPER_TRANSIENT_BACKOFF_MS": ("30", "sweeper_transient_backoff_ms", 30),
+    "QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS": ("2", "timer_fire_max_attempts", 2),
+    "QUEEN_RAFT_TIMER_FIRE_BACKOFF_MIN_MS": ("10", "timer_fire_backoff_min_ms", 10),
+    "QUEEN_RAFT_TIMER_FIRE_BACKOFF_MAX_MS": ("2000", "timer_fire_backoff_max_ms", 2000),
+    "QUEEN_RAFT_TIMER_FIRE_TRANSIENT_BACKOFF_MS": ("30", "timer_fire_transient_backoff_ms", 30),
     "QUEEN_ENCRYPTION_KEY": ("ab" * 32, "encryption_key", "ab" * 32),
 }
 
@@ -135,8 +136,8 @@ def test_max_pending_none_means_unlimited():
     assert parse_config(minimal(), env={"QUEEN_TIMERS_MAX_PENDING": "none"}).settings.timers_max_pending is None
 
 
-def test_fire_policy_travels_the_sweeper_settings():
-    settings = parse_config(minimal(), env={"QUEEN_SWEEPER_MAX_ATTEMPTS": "3"}).settings
+def test_fire_policy_travels_the_fire_settings():
+    settings = parse_config(minimal(), env={"QUEEN_RAFT_TIMER_FIRE_MAX_ATTEMPTS": "3"}).settings
     assert settings.fire_policy() == {
         "fireBatch": 256, "fireMaxBytes": 4 << 20, "maxAttempts": 3,
         "backoffMinMs": 1000, "backoffMaxMs": 60000, "transientBackoffMs": 1000,

@@ -18,7 +18,8 @@ from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.transport import Transport, TCPTransport
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj, count_held_prefix
-from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, install_journal_factory, register_journal, unregister_journal
+from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
+from queen_raft.raft.journal_factory import install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.transport import GroupTransport
 
 SELF_ADDR, LEADER_ADDR, OTHER_ADDR = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"

@@ -19,10 +19,8 @@ from queen_raft.raft.journal import (
     CompactionGuardedJournal,
     DurableMetaStorer,
     GroupCommitJournal,
-    create_journal,
-    register_journal,
-    unregister_journal,
 )
+from queen_raft.raft.journal_factory import create_journal, register_journal, unregister_journal
 from queen_raft.raft.replicated_state import ReplicatedTenantState, SnapshotBlob, decode_command, encode_command
 from queen_raft.raft.transport import GroupTransport
 

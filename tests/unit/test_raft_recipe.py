@@ -32,7 +32,8 @@ from queen_raft.raft.connection import FastTcpConnection, install_connection_rec
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.leader_append import CoalescingSyncObj
-from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal, create_journal, install_journal_factory
+from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
+from queen_raft.raft.journal_factory import create_journal, install_journal_factory
 from queen_raft.raft.transport import GroupTransport
 
 PINNED_VERSION = "0.3.17"

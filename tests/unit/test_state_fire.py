@@ -314,7 +314,7 @@ def test_a_huge_max_attempts_keeps_backing_off_at_the_cap():
 
 
 def test_a_zstd_payload_larger_than_one_read_chunk_decompresses_whole():
-    from queen_raft.state.timers import DECOMPRESS_CHUNK
+    from queen_raft.state.zstd_bounded import DECOMPRESS_CHUNK
 
     state = TenantState()
     body = bytes(range(256)) * (DECOMPRESS_CHUNK // 256 + 3)

@@ -1,0 +1,139 @@
+"""The fire of due timers: each timer's message goes through the steps of the push path.
+
+The steps of Broker.push_message are inlined for the hot path: dedup first, then the limits, and
+the partition created only when a message is appended to it. A partition's `prune` runs once per
+fire rather than once per timer: at a fixed `now` it is idempotent, and what a fire appends
+(createdAt = now, dedup expiry now + window > now) is never prunable at `now`, so pruning again
+would remove nothing. A fire that fails backs off by the policy carried in the command, and is
+filed in the DLQ when it runs out of attempts.
+
+With a FiredMemory, each fire that put its txn in a partition (appended, or a duplicate of a
+message in the window) and each timer filed in the DLQ is remembered for the queue's dedup window
+(fired_memory.py); the memory is trimmed once, after the whole fire. The hot path of
+FiredMemory.remember is inlined too: the memory's order is bound once per fire, and the current
+queue's key map in it at the queue's first remembered fire.
+"""
+
+from __future__ import annotations
+
+from .broker import Broker
+from .fired_memory import FiredMemory
+from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
+from .partition import Partition
+from .queue import Queue
+from .timers import R_ATTEMPTS, R_DELIVER_AT, Timer, TimerTable
+from .zstd_bounded import decompress_bounded
+
+# 1 << 62 exceeds any backoffMaxMs (at most 2^40), so capping the exponent here never changes the
+# backoff; it only spares computing 2^attempts when a policy allows a huge maxAttempts.
+MAX_BACKOFF_DOUBLINGS = 62
+
+
+class FireTally:
+    """The counts of one fire, shaped as the `tick` answer."""
+
+    __slots__ = ("fired", "appended", "duplicate", "failed", "dlq", "lags")
+
+    def __init__(self, fired: int = 0) -> None:
+        self.fired = fired
+        self.appended = self.duplicate = self.failed = self.dlq = 0
+        self.lags: list[int] = []
+
+
+def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePolicy,
+         now: int, memory: FiredMemory | None = None) -> FireTally:
+    """Push each timer's message through the push path; failures go back into the table."""
+    tally = FireTally(len(timers))
+    lags = tally.lags
+    appended = duplicate = 0
+    queue_name = queue = partitions = fired_answers = None
+    pruned: set[Partition] = set()
+    keep_in_order = None if memory is None else memory.order.append
+    for timer in timers:
+        (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
+         encrypted, producer_sub, retry, created_at, _) = timer
+        if retry is not None: deliver_at = retry[R_DELIVER_AT]  # a failed timer: deliverAt is not its dueAt
+        if name is not queue_name:
+            queue_name = name
+            fired_answers = None
+            queue = broker.queues.get(name) or broker.queue(name)
+            partitions = queue.partitions
+        partition = partitions.get(partition_name)
+        if partition is not None:
+            if partition not in pruned:
+                partition.prune(now, queue.retention_ms)
+                pruned.add(partition)
+            entry = partition.dedup.get(txn)
+            if entry is not None and entry[2] > now:  # Partition.find_duplicate
+                duplicate += 1
+                lags.append(now - deliver_at)
+                _remember(memory, queue, timer, entry[0], entry[1], now)
+                continue
+        if payload_zstd:  # a str is why it does not decompress
+            payload = decompress_bounded(payload, queue.max_payload_bytes)
+        error = payload if isinstance(payload, str) else queue.admit(len(payload))
+        if error is None:
+            if partition is None:
+                partition = queue.partition(partition_name)
+            # Partition.append, inlined: the message, then its dedup entry and expiry.
+            log = partition.log
+            offset = partition.base + len(log)
+            log.append((txn, message_id, payload, now, producer_sub, None, encrypted))
+            window_ms = queue.dedup_window_ms
+            if window_ms > 0:
+                expires_at = now + window_ms
+                partition.dedup[txn] = (offset, message_id, expires_at)
+                partition.dedup_expiry.append((expires_at, txn))
+                if keep_in_order is not None:
+                    if fired_answers is None:
+                        fired_answers = memory.answers_for(name)
+                    fired_answers[key] = record = (now, expires_at, name, key, partition_name,
+                                                   txn, offset, message_id)
+                    keep_in_order(record)
+            appended += 1
+            lags.append(now - deliver_at)
+            continue
+        _retry_or_file(timer, queue, error, table, broker, policy, now, memory, tally)
+    if memory is not None:
+        memory.trim(now)
+    # Broker.append's count, once for the whole fire.
+    broker.pushed += appended
+    tally.appended, tally.duplicate = appended, duplicate
+    return tally
+
+
+def _remember(memory: FiredMemory | None, queue: Queue, timer: Timer, offset_or_dlq_id, message_id: str,
+              now: int) -> None:
+    """Remember where a fired timer went, for the queue's dedup window (fired_memory.py)."""
+    if memory is None or queue.dedup_window_ms <= 0:
+        return
+    _, name, key, partition_name, txn = timer[:5]
+    memory.remember((now, now + queue.dedup_window_ms, name, key, partition_name, txn,
+                     offset_or_dlq_id, message_id))
+
+
+def _retry_or_file(timer: Timer, queue: Queue, error: str, table: TimerTable, broker: Broker,
+                   policy: FirePolicy, now: int, memory: FiredMemory | None, tally: FireTally) -> None:
+    """A failed fire: back the timer off in the table, or file it in the DLQ when this was its
+    last attempt. A full queue (`queue_full`) is transient: it waits without spending an attempt."""
+    (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
+     encrypted, producer_sub, retry, created_at, _) = timer
+    attempts = 0 if retry is None else retry[R_ATTEMPTS]
+    if retry is not None:
+        deliver_at = retry[R_DELIVER_AT]
+    if error == "queue_full":
+        due_at = now + policy.transient_backoff_ms
+    else:
+        attempts += 1
+        if attempts >= policy.max_attempts:
+            dlq_id = broker.file_row(queue, partition_name, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET,
+                                     txn, message_id, payload, created_at, producer_sub, None,
+                                     encrypted, error, attempts, now, key, payload_zstd)
+            _remember(memory, queue, timer, dlq_id, message_id, now)
+            tally.dlq += 1
+            return
+        doublings = min(attempts - 1, MAX_BACKOFF_DOUBLINGS)
+        due_at = now + min(policy.backoff_min_ms << doublings, policy.backoff_max_ms)
+    table.insert((due_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
+                  encrypted, producer_sub, (attempts, error, deliver_at), created_at, now))
+    tally.failed += 1
