@@ -178,14 +178,29 @@ def test_a_pickle_gadget_sent_without_the_password_never_runs(node_cluster, tmp_
 
 @pytest.mark.parametrize("command", [["status"], ["set_version", 0], ["add", "127.0.0.1:1"], ["remove", "127.0.0.1:1"]])
 def test_a_utility_command_without_the_password_gets_nothing(node_cluster, command):
-    leader = node_cluster.role_of(TENANT, "leader")
-    before = quiet_commit_index(node_cluster, leader)
-    received, closed = send_and_read(raft_address(node_cluster, leader), plain_frame(command))
-    assert received == b"", f"{command} was answered: {received[:200]!r}"
-    assert closed
-    # The next entry is our write's: the command appended nothing in between.
-    kv_put(node_cluster, leader, "after-utility")
-    assert leader_commit_index(node_cluster, leader) == before + 1
+    def send(leader: str) -> None:
+        received, closed = send_and_read(raft_address(node_cluster, leader), plain_frame(command))
+        assert received == b"", f"{command} was answered: {received[:200]!r}"
+        assert closed
+
+    assert_appends_nothing(node_cluster, send)
+
+
+def assert_appends_nothing(cluster, send) -> None:
+    """send(leader) sends a refused command; the leader's commit index must then move by exactly our
+    one write. An accepted command appends an entry of its own, so the index would move by two every
+    time; anything else appending (a barrier, an election's entry on a loaded machine) only adds to
+    that: one attempt of a few that moves it by exactly one proves the refusal."""
+    advances = []
+    for attempt in range(UTILITY_ATTEMPTS):
+        leader = cluster.role_of(TENANT, "leader")
+        before = quiet_commit_index(cluster, leader)
+        send(leader)
+        kv_put(cluster, leader, f"after-utility-{attempt}")
+        advances.append(leader_commit_index(cluster, leader) - before)
+        if advances[-1] == 1:
+            return
+    raise AssertionError(f"the commit index moved by {advances} around one write: an entry was appended")
 
 
 def authenticated_connection(cluster, node_id: str):
@@ -240,24 +255,14 @@ def test_the_authenticated_connection_of_these_tests_is_a_working_peer_link(node
 
 
 def test_a_utility_command_with_the_password_is_refused_too(node_cluster):
-    """An accepted set_version appends an entry of its own, so the commit index would move by two
-    around our one write every time. Anything else appending (a barrier, an election's entry on a
-    loaded machine) can only add to that: one attempt of a few that moves it by exactly one proves
-    the refusal."""
-    advances = []
-    for attempt in range(UTILITY_ATTEMPTS):
-        leader = node_cluster.role_of(TENANT, "leader")
-        before = quiet_commit_index(node_cluster, leader)
+    def send(leader: str) -> None:
         sock, fernet, node_key, _ = authenticated_connection(node_cluster, leader)
         with sock:
             sock.sendall(fernet_frame(fernet, (node_key, ["set_version", 0])))
             received, closed = read_until_closed(sock)
         assert received == b"" and closed
-        kv_put(node_cluster, leader, f"after-auth-utility-{attempt}")
-        advances.append(leader_commit_index(node_cluster, leader) - before)
-        if advances[-1] == 1:
-            return
-    raise AssertionError(f"the commit index moved by {advances} around one write: an entry was appended")
+
+    assert_appends_nothing(node_cluster, send)
 
 
 # -- frames are capped --------------------------------------------------------------------------------
