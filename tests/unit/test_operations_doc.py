@@ -155,3 +155,13 @@ def test_every_setting_the_page_sets_exists():
     config_keys = {"data_dir", "http_port", "raft_port", "token_sha256", "timers_max_pending"}
     assert set_in_page, "the page sets nothing"
     assert set_in_page <= keys | config_keys, sorted(set_in_page - keys - config_keys)
+
+
+def test_every_alert_runbook_is_a_section_of_the_page():
+    from test_repo_links import heading_anchors
+
+    rules = (REPO / "deploy" / "prometheus" / "queen-raft.rules.yml").read_text()
+    alerts = re.findall(r"^\s*- alert: (\w+)$", rules, re.MULTILINE)
+    runbooks = re.findall(r"runbook: docs/operations\.md#(\S+)", rules)
+    assert len(runbooks) == len(alerts) >= 7
+    assert set(runbooks) <= heading_anchors(OPERATIONS), sorted(set(runbooks) - heading_anchors(OPERATIONS))
