@@ -63,7 +63,7 @@ async def configure_encrypted(api: ApiHarness) -> None:
 
 CASES = {
     "statuses and defaults": ({}, [
-        [schedule("a"), schedule("b", delayMs=-5, partition="p1", txn="b")],
+        [schedule("a"), schedule("b", delayMs=0, partition="p1", txn="b")],
         {"operations": [schedule("a", op="reschedule", delayMs=9), schedule("c", payloadZstd=False, encrypted=True)]},
     ]),
     "a duplicate key": ({}, [[schedule("x")], [schedule("a"), schedule("b"), schedule("a", delayMs=1)]]),
