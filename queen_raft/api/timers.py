@@ -22,8 +22,8 @@ from queen_raft.api.timer_parsing import (
 )
 from queen_raft.config import Settings
 from queen_raft.raft.group_api import GroupApi
-from queen_raft.state.zstd_bounded import decompress_bounded
 from queen_raft.state.timer_ops import CHECK_PAYLOAD_BOUND, PAYLOAD_TOO_LARGE
+from queen_raft.state.zstd_bounded import decompress_bounded
 
 UNAVAILABLE = "timers_unavailable"
 

@@ -170,28 +170,31 @@ def check_required_pending(table: TimerTable, ops: list[dict], index_base: int =
 def check_payload_bounds(queues: dict[str, Queue], ops: list[dict], index_base: int = 0) -> None:
     """Refuse (payload_too_large, at the op's flat index) the first schedule whose payload is over
     its destination queue's maxPayloadBytes, measured as the fire measures it: decompressed when
-    payloadZstd, as stored (ciphertext) when encrypted. The bound is the queue's options in force
-    when the entry applies, or the default options for a queue never configured; a later configure
-    that lowers it still sends a timer already pending to the dead-letter list at its fire."""
+    payloadZstd (the same bounded decompression, so it costs what one fire of it costs), as stored
+    (ciphertext) when encrypted. The bound is the queue's options in force when the entry applies,
+    or the default options for a queue never configured; a later configure that lowers it leaves
+    the timers already pending to fail at their fire, as any message over it would."""
     position = index_base
-    default_bound = DEFAULT_QUEUE_OPTIONS["maxPayloadBytes"]
+    last_name = bound = None
     for op in ops:
-        if op["op"] == "cancel":
+        kind = op["op"]
+        if kind == "cancel":
             position += 1
             continue
-        if op["op"] == SCHEDULE_ROWS:
-            schedules = [(row[0], row[6], row[7]) for row in op["rows"]]
-        else:
-            schedules = [(op["queue"], op["payload"], op.get("payloadZstd", False))]
-        for queue_name, payload, payload_zstd in schedules:
-            queue = queues.get(queue_name)
-            bound = default_bound if queue is None else queue.max_payload_bytes
+        rows = op["rows"] if kind == SCHEDULE_ROWS else (
+            (op["queue"], None, None, None, None, None, op["payload"], op.get("payloadZstd", False)),)
+        for row in rows:
+            name, payload, payload_zstd = row[0], row[6], row[7]
+            if name != last_name:
+                queue = queues.get(name)
+                last_name, bound = name, (DEFAULT_QUEUE_OPTIONS["maxPayloadBytes"] if queue is None
+                                          else queue.max_payload_bytes)
+            if len(payload) > bound and not payload_zstd:
+                raise Refusal(PAYLOAD_TOO_LARGE, f"the payload is {len(payload)} bytes, over the maxPayloadBytes "
+                              f"of queue {name!r} ({bound} bytes)", position)
             if payload_zstd and decompress_bounded(payload, bound) == PAYLOAD_TOO_LARGE:
                 raise Refusal(PAYLOAD_TOO_LARGE, f"the payload decompresses to more than the maxPayloadBytes "
-                              f"of queue {queue_name!r} ({bound} bytes)", position)
-            if not payload_zstd and len(payload) > bound:
-                raise Refusal(PAYLOAD_TOO_LARGE, f"the payload is {len(payload)} bytes, over the maxPayloadBytes "
-                              f"of queue {queue_name!r} ({bound} bytes)", position)
+                              f"of queue {name!r} ({bound} bytes)", position)
             position += 1
 
 

@@ -116,3 +116,21 @@ async def test_route_answers_413_naming_the_queue_limit_and_schedules_nothing():
         status, _, body = await api.call("POST", "/api/v1/timers", json=[schedule(queue="small", payload=_b64(b"1234"))])
         assert status == 200 and body["results"][0]["status"] == "scheduled"
         assert len(api.groups["acme"].writes()) > writes
+
+
+def test_a_zstd_payload_is_bounded_decompressed_as_the_fire_measures_it():
+    import zstandard
+    state = _small_queue_state()
+    small = zstandard.ZstdCompressor().compress(b"1234")
+    big = zstandard.ZstdCompressor().compress(b"1" * 64)
+    ops = [dict(_state_schedule("fits", small), payloadZstd=True), dict(_state_schedule("big", big), payloadZstd=True)]
+    answer = state.apply({"op": "timers", "now": T0, "producerSub": "s", "ops": ops, "checkPayloadBound": True})
+    assert answer["error"] == "payload_too_large" and answer["index"] == 1 and "decompresses" in answer["message"]
+
+
+def test_a_transaction_refusal_indexes_the_schedule_in_the_one_index_space():
+    state = _small_queue_state()
+    cancel = {"op": "cancel", "queue": "small", "timerKey": "none", "txn": None}
+    answer = state.apply({"op": "transaction", "now": T0, "producerSub": "s", "operations": [], "kv": [],
+                          "timers": [cancel, _state_schedule("big", b"12345")], "checkPayloadBound": True})
+    assert (answer["success"], answer["reason"], answer["index"]) == (False, "payload_too_large", 1)
