@@ -127,7 +127,7 @@ def _paths() -> dict:
             ref("PushVerdict"), ref("AckVerdict"), ref("KvRow"), ref("TimerResult")]})}, ("success", "results")),
         obj({"success": {"const": False}, "reason": {"enum": [
             "rejected_ack", "duplicate", "kv_precondition", "bad_request", "too_large", "timers_quota_exceeded",
-            "timer_not_pending"]},
+            "timer_not_pending", "payload_too_large"]},
             "error": STR, "index": NON_NEG}, ("success", "reason", "error")),
     ]}
     pop_params = [
@@ -162,7 +162,8 @@ def _paths() -> dict:
                   "description": "at most QUEEN_TIMERS_MAX_OPS_PER_CALL operations (default 256)"},
             errors=(UNAUTHORIZED, ("403", "forbidden (also: a write-only token's batch holding a cancel), timers_quota_exceeded "
                            "or timer_horizon_exceeded"),
-                    ("400", "timers_bad_request"), ("413", "payload_too_large"),
+                    ("400", "timers_bad_request"), ("413", "payload_too_large (over QUEEN_TIMERS_MAX_PAYLOAD_BYTES, or over the "
+                                                            "destination queue's maxPayloadBytes)"),
                     ("429", "rate_limited (per node, per tenant)"),
                     ("503", "timers_disabled (an operator paused scheduling) or timers_unavailable")),
             extra=None)},

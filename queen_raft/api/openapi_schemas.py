@@ -105,7 +105,8 @@ SCHEMAS: dict[str, dict] = {
         "success": {"const": False, "description": "transaction refusals only"},
     }, ("error", "message", "reason")),
     "TimerSchedule": obj({
-        "op": {"enum": ["schedule", "reschedule"]}, "queue": NAME, "timerKey": NAME, "delayMs": INT,
+        "op": {"enum": ["schedule", "reschedule"]}, "queue": NAME, "timerKey": NAME,
+        "delayMs": {**INT, "minimum": 0, "description": "ms from the group's now; 0 is due at once"},
         "txn": NAME, "payload": B64, "partition": NAME, "payloadZstd": BOOL, "encrypted": BOOL,
     }, ("op", "queue", "timerKey", "delayMs", "txn", "payload")),
     "TimerCancel": obj({"op": {"const": "cancel"}, "queue": NAME, "timerKey": NAME,

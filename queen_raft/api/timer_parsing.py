@@ -123,7 +123,7 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
             payload_zstd = raw.get("payloadZstd", False)
             encrypted = raw.get("encrypted", False)
         if not (op in SCHEDULE_OPS and type(queue) is str and queue and type(timer_key) is str and timer_key
-                and type(txn) is str and txn and type(delay) is int and -JSON_SAFE_INT <= delay <= JSON_SAFE_INT
+                and type(txn) is str and txn and type(delay) is int and 0 <= delay <= JSON_SAFE_INT
                 and type(partition) is str and partition and type(payload_zstd) is bool and type(encrypted) is bool
                 and type(payload_text) is str and len(queue) <= NAME_CHARS_ALWAYS_WITHIN
                 and len(timer_key) <= NAME_CHARS_ALWAYS_WITHIN and len(txn) <= NAME_CHARS_ALWAYS_WITHIN
@@ -162,6 +162,8 @@ def _parse_timer_op_checked(raw: Any, where: str, in_transaction: bool = False) 
     delay = raw["delayMs"]
     if not is_int(delay):
         raise bad_request(f"{where}: delayMs must be an integer number of milliseconds, got {delay!r}")
+    if delay < 0:
+        raise bad_request(f"{where}: delayMs {delay} is negative; send 0 (or more) milliseconds")
     txn = _non_empty_string(raw, "txn", where)
     try:
         payload = decode_base64(raw["payload"])

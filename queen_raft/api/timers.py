@@ -22,6 +22,7 @@ from queen_raft.api.timer_parsing import (
 )
 from queen_raft.config import Settings
 from queen_raft.raft.group_api import GroupApi
+from queen_raft.state.timer_ops import CHECK_PAYLOAD_BOUND, PAYLOAD_TOO_LARGE
 from queen_raft.state.zstd_bounded import decompress_bounded
 
 UNAVAILABLE = "timers_unavailable"
@@ -51,7 +52,8 @@ def check_plan_limits(ops: list[dict], settings: Settings) -> None:
     for i, op in enumerate(ops):
         if op["op"] != "cancel" and op["delayMs"] > horizon_ms:
             raise ApiError(403, "timer_horizon_exceeded",
-                           f"operations[{i}]: delayMs {op['delayMs']} is beyond the horizon of {settings.timers_max_horizon_s} s")
+                           f"operations[{i}]: delayMs {op['delayMs']} is beyond the horizon of {horizon_ms} ms "
+                           f"({settings.timers_max_horizon_s} s, QUEEN_TIMERS_MAX_HORIZON_S)")
     for i, op in enumerate(ops):
         if op["op"] != "cancel" and len(op["payload"]) > settings.timers_max_payload_bytes:
             raise ApiError(413, "payload_too_large",
@@ -189,7 +191,7 @@ async def _propose_timers(serving: ServingNode, principal: Principal, command_op
     settings = serving.settings
     command = {
         "op": "timers", "producerSub": principal.sub, "maxPending": serving.config.timers_max_pending(principal.tenant),
-        "policy": settings.fire_policy(), "ops": command_ops,
+        "policy": settings.fire_policy(), "ops": command_ops, CHECK_PAYLOAD_BOUND: True,
     }
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
@@ -201,6 +203,10 @@ async def _propose_timers(serving: ServingNode, principal: Principal, command_op
                            {**retry_after_header(TIMERS_DISABLED_RETRY_AFTER_S), **hint}, fields={"reason": PAUSED})
         if code == BAD_REQUEST:
             raise ApiError(400, code, result.get("message") or "the batch was refused")
+        if code == PAYLOAD_TOO_LARGE:  # over the destination queue's maxPayloadBytes
+            index = result.get("index")
+            where = "" if index is None else f"operations[{index}]: "
+            raise ApiError(413, code, where + (result.get("message") or "the payload is over the queue's maxPayloadBytes"))
         raise ApiError(500, code, result.get("message") or "the state refused the batch")
     return result["results"]
 

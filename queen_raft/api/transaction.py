@@ -32,6 +32,7 @@ from queen_raft.api.group_calls import propose
 from queen_raft.api.requests import json_body, json_response
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.state.limits import MAX_ANSWER_BYTES
+from queen_raft.state.timer_ops import CHECK_PAYLOAD_BOUND
 
 BAD_REQUEST = "bad_request"
 TOO_LARGE = "too_large"
@@ -182,7 +183,7 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
     command = {
         "op": "transaction", "producerSub": principal.sub, "maxPending": serving.config.timers_max_pending(tenant),
         "policy": serving.settings.fire_policy(), "operations": operations, "kv": kv_ops, "timers": timer_ops,
-        "maxAnswerBytes": MAX_ANSWER_BYTES,
+        "maxAnswerBytes": MAX_ANSWER_BYTES, CHECK_PAYLOAD_BOUND: True,
     }
     try:
         result = await propose(serving, tenant, command, UNAVAILABLE)

@@ -40,6 +40,7 @@ class GroupClock:
         self.observed = True
 
     def delay_until(self, instant: datetime, now_ms: int | None = None) -> int:
-        """The delayMs that makes deliverAt the instant, on the group clock as last seen."""
+        """The delayMs that makes deliverAt the instant, on the group clock as last seen; 0 for an
+        instant already past (the server refuses a negative delayMs, and 0 fires at once)."""
         local = local_ms() if now_ms is None else now_ms
-        return instant_ms(instant) - (local + self.offset_ms)
+        return max(0, instant_ms(instant) - (local + self.offset_ms))

@@ -55,7 +55,8 @@ from .message_items import validate_ack_item, validate_push_item
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
 from .refusal import Refusal, answer_bound, is_int, require
-from .timer_ops import apply_timer_ops, check_quota, check_required_pending, validate_timer_ops
+from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
+                        check_required_pending, validate_timer_ops)
 from .timers import TimerTable, peek_timer
 from .transaction import resolve_acks, split_operations
 
@@ -130,6 +131,8 @@ class TenantState:
         producer_sub = command.get("producerSub")
         require(producer_sub is None or isinstance(producer_sub, str), "timers_bad_request",
                 "producerSub must be a string")
+        if command.get(CHECK_PAYLOAD_BOUND) is True:
+            check_payload_bounds(self.broker.queues, ops)
         check_quota(self.timers, ops, command.get("maxPending"))
         results = self._apply_timer_ops(ops, producer_sub, policy, now)
         return {"results": results}
@@ -286,6 +289,8 @@ class TenantState:
         resolved = resolve_acks(self.broker, acks, now)
         overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
         check_required_pending(self.timers, timer_ops, timer_base)
+        if command.get(CHECK_PAYLOAD_BOUND) is True:
+            check_payload_bounds(self.broker.queues, timer_ops, timer_base)
         check_quota(self.timers, timer_ops, command.get("maxPending"))
 
         # Apply: none of this can refuse any more.

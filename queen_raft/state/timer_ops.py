@@ -13,9 +13,11 @@ Validation raises `Refusal` before anything changes; `apply_timer_ops` cannot fa
 from __future__ import annotations
 
 from .fired_memory import FiredMemory, record_answer
-from .limits import DEFAULT_PARTITION, MAX_DELAY_MS
+from .limits import DEFAULT_PARTITION, DEFAULT_QUEUE_OPTIONS, MAX_DELAY_MS
+from .queue import Queue
 from .refusal import Refusal, is_int, require
 from .timers import T_DUE_AT, T_TXN, Timer, TimerTable
+from .zstd_bounded import decompress_bounded
 
 SCHEDULE_OPS = frozenset({"schedule", "reschedule"})
 SCHEDULE_ROWS = "schedule_rows"
@@ -27,6 +29,11 @@ _LIST = {list}  # the type set of a valid group's rows
 # without it (every entry written before it existed) applies exactly as it always did.
 REQUIRE_PENDING = "requirePending"
 TIMER_NOT_PENDING = "timer_not_pending"
+# On a `timers` or `transaction` command: refuse a schedule whose payload its destination queue
+# would refuse at the fire. An entry without it (every entry written before it existed) applies
+# exactly as it always did, so an old journal replays to the same state.
+CHECK_PAYLOAD_BOUND = "checkPayloadBound"
+PAYLOAD_TOO_LARGE = "payload_too_large"
 
 
 def validate_timer_ops(ops: object, code: str = "timers_bad_request",
@@ -158,6 +165,37 @@ def check_required_pending(table: TimerTable, ops: list[dict], index_base: int =
             raise Refusal(TIMER_NOT_PENDING, f"timer {op['queue']}/{op['timerKey']} is not pending "
                           "(fired, cancelled or never scheduled)", position)
         position += 1
+
+
+def check_payload_bounds(queues: dict[str, Queue], ops: list[dict], index_base: int = 0) -> None:
+    """Refuse (payload_too_large, at the op's flat index) the first schedule whose payload is over
+    its destination queue's maxPayloadBytes, measured as the fire measures it: decompressed when
+    payloadZstd (the same bounded decompression, so it costs what one fire of it costs), as stored
+    (ciphertext) when encrypted. The bound is the queue's options in force when the entry applies,
+    or the default options for a queue never configured; a later configure that lowers it leaves
+    the timers already pending to fail at their fire, as any message over it would."""
+    position = index_base
+    last_name = bound = None
+    for op in ops:
+        kind = op["op"]
+        if kind == "cancel":
+            position += 1
+            continue
+        rows = op["rows"] if kind == SCHEDULE_ROWS else (
+            (op["queue"], None, None, None, None, None, op["payload"], op.get("payloadZstd", False)),)
+        for row in rows:
+            name, payload, payload_zstd = row[0], row[6], row[7]
+            if name != last_name:
+                queue = queues.get(name)
+                last_name, bound = name, (DEFAULT_QUEUE_OPTIONS["maxPayloadBytes"] if queue is None
+                                          else queue.max_payload_bytes)
+            if len(payload) > bound and not payload_zstd:
+                raise Refusal(PAYLOAD_TOO_LARGE, f"the payload is {len(payload)} bytes, over the maxPayloadBytes "
+                              f"of queue {name!r} ({bound} bytes)", position)
+            if payload_zstd and decompress_bounded(payload, bound) == PAYLOAD_TOO_LARGE:
+                raise Refusal(PAYLOAD_TOO_LARGE, f"the payload decompresses to more than the maxPayloadBytes "
+                              f"of queue {name!r} ({bound} bytes)", position)
+            position += 1
 
 
 def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None:

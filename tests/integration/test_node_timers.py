@@ -153,6 +153,8 @@ def test_write_to_a_follower_works_and_reads_anywhere_see_it(node_cluster):
 def test_refusals_with_their_codes_change_nothing(node_cluster):
     cluster = node_cluster
     queue = unique("q")
+    status, _, _ = cluster.call("n1", "POST", "/api/v1/configure", RW, {"queue": queue, "options": {"maxPayloadBytes": 16}})
+    assert status == 200
     status, _, kept = post_timers(cluster, "n1", [schedule_op(queue, "kept", 60_000, "t-kept")])
     assert status == 200
     before = cluster.call("n1", "GET", f"/api/v1/timers/{queue}", RO)[2]
@@ -174,6 +176,9 @@ def test_refusals_with_their_codes_change_nothing(node_cluster):
         (RW, [schedule_op(queue, f"k{i}", 5, f"t{i}") for i in range(257)], 400, "timers_bad_request"),
         (RW, [good, schedule_op(queue, "far", 7_776_000_001, "t-far")], 403, "timer_horizon_exceeded"),
         (RW, [good, schedule_op(queue, "big", 5, "t-big", b"x" * (1024 * 1024 + 1))], 413, "payload_too_large"),
+        (RW, [good, schedule_op(queue, "past", -1, "t-past")], 400, "timers_bad_request"),
+        # over the queue's maxPayloadBytes: refused in the entry, so it would never fail at the fire
+        (RW, [good, schedule_op(queue, "over", 5, "t-over", b"x" * 17)], 413, "payload_too_large"),
     ]
     for token_text, ops, want_status, want_error in refusals:
         status, _, body = post_timers(cluster, "n2", ops, token_text)

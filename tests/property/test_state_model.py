@@ -137,15 +137,17 @@ class StateAgainstModel(RuleBasedStateMachine):
             "encrypted": False,
         }
 
-    def run_timers(self, step, ops, max_pending=None, policy=None):
+    def run_timers(self, step, ops, max_pending=None, policy=None, check_payload_bound=False):
         now = self.now(step)
         command = {"op": "timers", "now": now, "producerSub": PRODUCER, "maxPending": max_pending,
                    "ops": ops}
         if policy is not None:
             command["policy"] = policy
+        if check_payload_bound:
+            command["checkPayloadBound"] = True
         fired_before = dict(self.model.fired_counts)
         got = self.state.apply(command)
-        want = self.model.timers(now, PRODUCER, ops, max_pending, policy)
+        want = self.model.timers(now, PRODUCER, ops, max_pending, policy, check_payload_bound)
         assert_matches(got, want, "timers")
         # Coverage labels (pytest --hypothesis-show-statistics): which paths a run reached.
         event(f"timers: {want.get('error', 'applied')}")
@@ -189,7 +191,8 @@ class StateAgainstModel(RuleBasedStateMachine):
                 ops.append(self.schedule_op(data, queue, key))
         max_pending = data.draw(st.one_of(st.none(), st.none(), st.integers(0, 6)))
         policy = data.draw(st.one_of(st.none(), FIRE_POLICIES))
-        self.run_timers(step, ops, max_pending, policy)
+        # Entries the API writes carry checkPayloadBound; older ones do not, and apply as before.
+        self.run_timers(step, ops, max_pending, policy, data.draw(st.booleans()))
 
     @rule(data=st.data(), step=CLOCK_STEPS, delay=st.sampled_from([1, 1000]),
           policy=FIRE_POLICIES)

@@ -188,11 +188,19 @@ class TimerModel:
         self.advance(now)
         return {}
 
-    def timers(self, now, producer_sub, ops, max_pending=None, policy=None):
+    def timers(self, now, producer_sub, ops, max_pending=None, policy=None, check_payload_bound=False):
         self.advance(now)
         keys = [(op["queue"], op["timerKey"]) for op in ops]
         if len(set(keys)) != len(keys):
             return {"error": "timers_bad_request"}
+        if check_payload_bound:
+            # The queue's options in force (a queue never configured: the defaults); no queue is
+            # created by the check. Payloads here are never zstd.
+            for index, op in enumerate(ops):
+                queue = self.queues.get(op["queue"])
+                options = DEFAULT_QUEUE_OPTIONS if queue is None else queue["options"]
+                if op["op"] != "cancel" and len(op["payload"]) > options["maxPayloadBytes"]:
+                    return {"error": "payload_too_large", "index": index}
         pending_after = set(self.pending_timers)
         adds = False
         for op in ops:

@@ -59,8 +59,9 @@ async def test_fired_is_forgotten_after_the_queues_dedup_window():
 
 async def test_a_timer_filed_in_the_dlq_answers_dead_lettered_with_its_dlq_id():
     async with ApiHarness() as api:
-        await configure(api, maxPayloadBytes=2)
+        # Lowered after the schedule: a timer over its queue's bound is refused at schedule time.
         await api.call("POST", "/api/v1/timers", json=[schedule("poison", "t-poison")])
+        await configure(api, maxPayloadBytes=2)
         for _ in range(5):  # the default policy's maxAttempts; each backoff is at most 60 s
             api.groups["acme"].advance(60_000)
         _, _, dlq = await api.call("GET", "/api/v1/dlq?queue=q", token="acme-ro")

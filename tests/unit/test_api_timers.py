@@ -51,6 +51,7 @@ BAD_BODIES = {
     "delayMs a string": [schedule(delayMs="300")],
     "delayMs a bool": [schedule(delayMs=True)],
     "delayMs past 2^53": [schedule(delayMs=-(2**70))],
+    "delayMs negative": [schedule(delayMs=-1)],
     "txn missing": [_without(schedule(), "txn")],
     "txn not a string": [schedule(txn=5)],
     "payload missing": [_without(schedule(), "payload")],
@@ -79,11 +80,11 @@ def test_parse_refuses_every_bad_shape(case):
 
 
 def test_parse_accepts_a_bare_array_and_fills_defaults():
-    ops = parse_timer_ops([schedule(), cancel("k2"), schedule("k3", op="reschedule", delayMs=-5, payloadZstd=True)], 256)
+    ops = parse_timer_ops([schedule(), cancel("k2"), schedule("k3", op="reschedule", delayMs=0, payloadZstd=True)], 256)
     assert ops[0] == {"op": "schedule", "queue": "q", "timerKey": "k1", "partition": "Default", "delayMs": 300,
                       "txn": "txn-k1", "payload": b'{"hi":1}', "payloadZstd": False, "encrypted": False}
     assert ops[1] == {"op": "cancel", "queue": "q", "timerKey": "k2", "txn": None}
-    assert ops[2]["delayMs"] == -5 and ops[2]["payloadZstd"] is True
+    assert ops[2]["delayMs"] == 0 and ops[2]["payloadZstd"] is True
 
 
 def test_parse_takes_exactly_the_cap():

@@ -63,7 +63,7 @@ async def configure_encrypted(api: ApiHarness) -> None:
 
 CASES = {
     "statuses and defaults": ({}, [
-        [schedule("a"), schedule("b", delayMs=-5, partition="p1", txn="b")],
+        [schedule("a"), schedule("b", delayMs=0, partition="p1", txn="b")],
         {"operations": [schedule("a", op="reschedule", delayMs=9), schedule("c", payloadZstd=False, encrypted=True)]},
     ]),
     "a duplicate key": ({}, [[schedule("x")], [schedule("a"), schedule("b"), schedule("a", delayMs=1)]]),
@@ -115,6 +115,7 @@ async def test_plain_schedules_get_distinct_uuid7_message_ids_that_the_timers_ke
     [schedule("a"), schedule("b", payload="not base64!")],
     [schedule("a"), schedule("b", color="red")],
     [schedule("a"), schedule("b", delayMs=1.5)],
+    [schedule("a"), schedule("b", delayMs=-1)],
     [schedule("a"), schedule("b", partition="")],
     [schedule("a"), schedule("b", txn="")],
     [schedule("a"), schedule("b", encrypted="yes")],
@@ -125,9 +126,9 @@ def test_a_call_with_any_op_not_a_plain_schedule_takes_the_general_path(ops):
 
 
 def test_a_plain_call_is_the_rows_of_its_ops():
-    plain = timer_parsing.plain_schedules([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)])
+    plain = timer_parsing.plain_schedules([schedule("a"), schedule("b", queue="r", partition="p", delayMs=0, payloadZstd=True)])
     rows = [row[:5] + row[6:] for row in plain.rows]  # the messageIds aside
     assert rows == [["q", "a", "Default", 300, "txn-a", b'{"hi":1}', False, False],
-                    ["r", "b", "p", -1, "txn-b", b'{"hi":1}', True, False]]
+                    ["r", "b", "p", 0, "txn-b", b'{"hi":1}', True, False]]
     assert plain.queues == {"q", "r"}
-    assert plain.as_ops() == timer_parsing.parse_timer_ops([schedule("a"), schedule("b", queue="r", partition="p", delayMs=-1, payloadZstd=True)], 256)
+    assert plain.as_ops() == timer_parsing.parse_timer_ops([schedule("a"), schedule("b", queue="r", partition="p", delayMs=0, payloadZstd=True)], 256)

@@ -144,3 +144,11 @@ async def test_usage_and_configure_answer_typed_results(node, queen):
     assert usage.fired["appended"] == 1
     options = await queen.configure("r", {"leaseTime": 60})
     assert isinstance(options, QueueOptions) and options.options == {"leaseTime": 60}
+
+
+def test_an_instant_in_the_past_is_a_zero_delay_the_server_takes():
+    """The server refuses a negative delayMs; a past instant means "fire at once", which is 0."""
+    clock = GroupClock()
+    now = 1_700_000_000_000
+    past = datetime.fromtimestamp((now - 5_000) / 1000, tz=timezone.utc)
+    assert clock.delay_until(past, now_ms=now) == 0
