@@ -12,7 +12,9 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -22,6 +24,8 @@ from typing import Any
 import aiohttp
 
 START_TIMEOUT_S = 20.0
+# The profile directory is removed within this after the browser and its helpers are gone.
+PROFILE_REMOVE_TIMEOUT_S = 5.0
 POLL_S = 0.1
 
 
@@ -50,7 +54,9 @@ class Browser:
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-default-apps", "--mute-audio", "--remote-debugging-port=0",
              f"--user-data-dir={self.profile.name}", f"--window-size={self.size[0]},{self.size[1]}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # Its own process group: the helpers it forks (zygote, crashpad) end with it.
+            start_new_session=True)
         port = await self._devtools_port()
         self.session = aiohttp.ClientSession()
         async with self.session.get(f"http://127.0.0.1:{port}/json/list") as answer:
@@ -70,13 +76,33 @@ class Browser:
         if self.session is not None:
             await self.session.close()
         if self.process is not None:
-            self.process.terminate()
+            self._signal_group(signal.SIGTERM)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal_group(signal.SIGKILL)
                 self.process.wait()
-        self.profile.cleanup()
+            self._signal_group(signal.SIGKILL)  # helpers still alive after the browser left
+        self._remove_profile()
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _remove_profile(self) -> None:
+        """A helper that was still writing into the profile as it died can leave a file behind the
+        first removal saw ("Directory not empty"): remove again until it is gone."""
+        deadline = time.monotonic() + PROFILE_REMOVE_TIMEOUT_S
+        while True:
+            try:
+                self.profile.cleanup()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     async def _devtools_port(self) -> int:
         marker = Path(self.profile.name) / "DevToolsActivePort"
