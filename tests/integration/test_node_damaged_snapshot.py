@@ -4,7 +4,6 @@ that step; a snapshot writer never outlives its node."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import time
@@ -12,6 +11,7 @@ import time
 import pytest
 
 from cluster_fixture import NodeCluster, running_cluster, token
+from proc_children import children_of, process_running
 
 pytestmark = pytest.mark.integration
 
@@ -64,29 +64,6 @@ def test_a_node_with_a_damaged_snapshot_exits_65_and_rejoins_after_a_wipe(tmp_pa
         cluster.start_node("n3")
         cluster.wait_ready()
         assert all(timer_found(cluster, "n3", i) for i in range(TIMERS))
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) child processes of pid."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat_file:
-                    fields = stat_file.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                children.append(int(entry))
-    return children
-
-
-def process_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])

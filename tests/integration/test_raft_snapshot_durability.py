@@ -16,6 +16,7 @@ import time
 import pytest
 
 from cluster_fixture import pick_port_runs
+from proc_children import children_of, process_running
 from raft_node_fixture import NodeUnavailable, RaftTestCluster
 
 pytestmark = pytest.mark.integration
@@ -45,30 +46,6 @@ def make_cluster(tmp_path):
     yield make
     for cluster in clusters:
         cluster.stop()
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) child processes of pid: a node's forked snapshot writers."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat_file:
-                fields = stat_file.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            children.append(int(entry))
-    return children
-
-
-def process_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_until(condition, timeout_s: float, what: str) -> None:
