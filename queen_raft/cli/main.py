@@ -38,7 +38,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a shell reports for a command the SIGPIPE signal ended (128 + 13), as `git log | head` does.
+EXIT_READER_GONE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The entry point. A reader that stops reading (`queen-raft cluster status | head`) ends the
+    command quietly: no traceback, nothing more written, exit 141 like a Unix tool that SIGPIPE
+    ended. Python ignores SIGPIPE, so the closed pipe arrives as BrokenPipeError instead."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # Flushed here, inside the try, rather than by the interpreter at exit, where a
+            # closed pipe could only be reported as "Exception ignored".
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # What is left in stdout's buffer is flushed again at exit: point the descriptor at
+        # /dev/null so that flush does not raise a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_READER_GONE
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

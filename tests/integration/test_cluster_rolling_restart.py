@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cluster_cli_fixture import cli, health, node_cli, pid_of, stop_every_node, wait_all_healthy, written_config
+from cluster_cli_fixture import cli, health, node_cli, pid_of, stop_every_node, wait_all_healthy, wait_for, written_config
 from cluster_fixture import TENANTS, http_call, token
 
 pytestmark = pytest.mark.integration
@@ -161,5 +161,53 @@ def test_restart_all_refuses_to_begin_with_a_node_down(tmp_path):
         assert done.returncode == 1
         assert "node n2 has no running process" in done.stderr
         assert pid_of(cluster, "n1") == first  # nothing restarted
+    finally:
+        stop_every_node(cluster)
+
+
+def without_tenant(config_text: str, tenant: str) -> str:
+    """The config with one [[tenants]] entry (and its tokens) left out."""
+    entry = rf'\[\[tenants\]\]\nname = "{tenant}"\n.*?(?=\[\[tenants\]\]\n|\[settings\])'
+    return re.sub(entry, "", config_text, count=1, flags=re.S)
+
+
+def test_restart_all_rolls_in_a_tenant_appended_to_the_config(tmp_path):
+    cluster = written_config(tmp_path)
+    full = cluster.config_path.read_text()
+    added = TENANTS[-1]
+    cluster.config_path.write_text(without_tenant(full, added))
+    assert f'name = "{added}"' not in cluster.config_path.read_text() and "raft_password" in cluster.config_path.read_text()
+    try:
+        for node_id in cluster.node_ids:
+            assert node_cli(cluster, "start", node_id).returncode == 0
+        wait_for(lambda: all(health(cluster, n)[0] == 200 for n in cluster.node_ids), 30, "the one-tenant cluster")
+        cluster.config_path.write_text(full)  # the tenant appended at the end, as docs/operations.md says
+        done = cli("cluster", "restart-all", "--config", str(cluster.config_path), timeout=RESTART_ALL_TIMEOUT_S)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert f"new tenant(s) {added}" in done.stdout
+        wait_all_healthy(cluster)
+        status, _, answer = http_call(f"{cluster.url('n1')}/api/v1/timers", "POST", token(added, "read-write"), {
+            "operations": [{"op": "schedule", "queue": QUEUE, "timerKey": "first", "txn": "first", "delayMs": 60_000,
+                            "payload": "eyJoaSI6MX0="}]})
+        assert status == 200 and answer["results"][0]["ok"], answer
+    finally:
+        stop_every_node(cluster)
+
+
+def test_restart_all_refuses_a_tenant_inserted_before_the_running_ones(tmp_path):
+    cluster = written_config(tmp_path)
+    full = cluster.config_path.read_text()
+    first = TENANTS[0]
+    cluster.config_path.write_text(without_tenant(full, first))
+    try:
+        for node_id in cluster.node_ids:
+            assert node_cli(cluster, "start", node_id).returncode == 0
+        wait_for(lambda: all(health(cluster, n)[0] == 200 for n in cluster.node_ids), 30, "the one-tenant cluster")
+        pids = {n: pid_of(cluster, n) for n in cluster.node_ids}
+        cluster.config_path.write_text(full)  # the tenant inserted first: the running group's port would move
+        done = cli("cluster", "restart-all", "--config", str(cluster.config_path))
+        assert done.returncode == 1
+        assert f"lists tenant(s) {first} before tenants the nodes already run" in done.stderr, done.stderr
+        assert {n: pid_of(cluster, n) for n in cluster.node_ids} == pids  # nothing restarted
     finally:
         stop_every_node(cluster)
