@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,20 +26,28 @@ PROMETHEUS_SERIES = {"up"}
 # The series each type of family exports in the text format (prometheus_client adds `_created`).
 SUFFIXES = {"counter": ("", "_created"), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count", "_created")}
 # Which panel covers each view the /dashboard page has (title words, lower case).
+# A tick fires a timer due in 300 ms well within this, on a loaded machine too.
+FIRE_WAIT_S = 15.0
+FIRED_BY_QUEUE = 'queen_timers_fired_by_queue_total{queue="families",tenant="acme"} 1.0'
 VIEWS = ("leader", "term", "commit lag", "fire lag", "fires / s", "pending", "dlq", "http latency", "journal flush")
 
 
 @pytest.fixture(scope="module")
 def metrics_text(tmp_path_factory) -> str:
-    """A one-node cluster's /metrics after a few calls, so the node-local families have samples."""
+    """A one-node cluster's /metrics after a few calls, so the node-local families have samples:
+    one timer pending, one due at once (it fires in its own entry), one fired by a tick."""
     with running_cluster(tmp_path_factory.mktemp("metrics"), node_count=1) as cluster:
-        ops = [{"op": "schedule", "queue": "families", "timerKey": f"k{i}", "delayMs": 0 if i else 60_000,
-                "txn": f"families-{i}", "payload": "e30="} for i in range(3)]
+        ops = [{"op": "schedule", "queue": "families", "timerKey": f"k{i}", "delayMs": delay,
+                "txn": f"families-{i}", "payload": "e30="} for i, delay in enumerate((60_000, 0, 300))]
         status, _, body = cluster.call("n1", "POST", "/api/v1/timers", token("acme", "read-write"), {"operations": ops})
         assert status == 200, body
-        status, _, text = cluster.call("n1", "GET", "/metrics")
-        assert status == 200
-        return text
+        deadline = time.monotonic() + FIRE_WAIT_S
+        while True:
+            status, _, text = cluster.call("n1", "GET", "/metrics")
+            assert status == 200
+            if FIRED_BY_QUEUE in text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
 
 
 def exported_families(text: str) -> dict[str, str]:
@@ -96,6 +105,11 @@ def test_the_spec_lists_every_family_a_node_exports_and_no_other(metrics_text):
     listed = spec_families()
     assert exported == listed, (f"exported, not in docs/spec.md section 5: {sorted(exported - listed)}; "
                                 f"listed, not exported: {sorted(listed - exported)}")
+
+
+def test_the_leader_counts_the_fires_of_its_ticks_by_queue(metrics_text):
+    assert FIRED_BY_QUEUE in metrics_text, [line for line in metrics_text.splitlines() if "by_queue" in line]
+    assert 'queen_timers_fired_total{result="appended",tenant="acme"} 2.0' in metrics_text
 
 
 def test_promtool_finds_no_naming_problem_in_a_nodes_metrics(metrics_text):
