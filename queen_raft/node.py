@@ -152,7 +152,7 @@ def _log_leadership_change(tenant: str, role: str, leader: str | None, term: int
 
 def _tick_result_observer(metrics: ApiMetrics, tenant: str):
     def observe(result: dict, lags_ms: list) -> None:
-        metrics.observe_tick_result(tenant, {"lagsMs": lags_ms})
+        metrics.observe_tick_result(tenant, {"lagsMs": lags_ms, "firedByQueue": result.get("firedByQueue")})
 
     return observe
 

@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 FIRE_LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 # Commits: ~0.25 ms p50 small entries, ~5 ms for 1 MiB, up to the 5 s commit timeout.
 COMMIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Queue names are the tenants' to choose, without a bound on how many: a node exports at most this
+# many queue series per tenant (the first queues it sees fire), and counts the fires of any other
+# queue under OTHER_QUEUES, so a tenant with thousands of queues cannot swell every scrape.
+QUEUE_SERIES_PER_TENANT = 100
+OTHER_QUEUES = "__other__"
 HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -165,6 +170,11 @@ class ApiMetrics:
             "queen_raft_unavailable_total", "Calls answered 503 because the group could not commit or read in time, "
             "by reason (no_leader, timeout, leader_changed, ...)", ["tenant", "reason"], registry=self.registry,
         )
+        self.fired_by_queue = Counter(
+            "queen_timers_fired_by_queue_total", "Timer fires (any result) of the ticks this node led, by queue; "
+            f"past {QUEUE_SERIES_PER_TENANT} queues of a tenant, the rest under queue=\"{OTHER_QUEUES}\"",
+            ["tenant", "queue"], registry=self.registry,
+        )
         self.http_request_seconds = Histogram(
             "queen_http_request_seconds", "HTTP request duration by route and status code", ["route", "code"],
             buckets=HTTP_BUCKETS_S, registry=self.registry,
@@ -179,6 +189,7 @@ class ApiMetrics:
         self._timer_op_children: dict[tuple[str, str, str], Any] = {}
         self._rejected_children: dict[str, Any] = {}
         self._fire_lag_children: dict[str, Any] = {}
+        self._queue_children: dict[str, dict[str, Any]] = {}
 
     def observe_http_request(self, route: str, status: int, seconds: float) -> None:
         child = self._http_children.get((route, status))
@@ -210,6 +221,26 @@ class ApiMetrics:
         if not isinstance(result, dict):
             return
         self.fire_lag_seconds.observe_many_ms(tenant, result.get("lagsMs") or ())
+        for queue, count in (result.get("firedByQueue") or {}).items():
+            self._queue_child(tenant, queue).inc(count)
+
+    def fired_by_queue_snapshot(self, tenant: str) -> dict[str, int]:
+        """This node's fires of the tenant by queue (of the ticks it led), OTHER_QUEUES included once
+        the tenant passed the cap."""
+        family = self.fired_by_queue.collect()[0]
+        return {sample.labels["queue"]: int(sample.value) for sample in family.samples
+                if sample.name.endswith("_total") and sample.labels["tenant"] == tenant}
+
+    def _queue_child(self, tenant: str, queue: str):
+        """The queue's series while the tenant has fewer than QUEUE_SERIES_PER_TENANT, else the
+        shared OTHER_QUEUES one (a queue seen before keeps its own)."""
+        children = self._queue_children.setdefault(tenant, {})
+        child = children.get(queue)
+        if child is None:
+            if len(children) >= QUEUE_SERIES_PER_TENANT:
+                return self.fired_by_queue.labels(tenant=tenant, queue=OTHER_QUEUES)
+            child = children[queue] = self.fired_by_queue.labels(tenant=tenant, queue=queue)
+        return child
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

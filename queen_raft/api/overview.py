@@ -9,6 +9,8 @@
 - `counters`: the tenant's replicated counters (fires by result: a client derives fires/s from two
   answers), and whether an operator paused scheduling.
 - `fireLag`: this node's fire lag histogram of the tenant (observed while it leads the group).
+- `firedByQueue`: this node's fires of the tenant by queue, counted while it leads the group (a
+  client derives each queue's fires/s from two answers of the leader).
 - `may`: what the token's level allows, so a page can hide the buttons it would be refused.
 Read-only (any level that may read), after the read barrier like every read.
 """
@@ -102,7 +104,8 @@ async def get_overview(request: web.Request) -> web.Response:
     return json_response({
         "node": serving.node_id, "tenant": principal.tenant, "level": principal.level, "may": may,
         "nowMs": wall_ms(), **tenant_view,
-        "fireLag": serving.metrics.fire_lag_seconds.snapshot(principal.tenant), "nodes": nodes,
+        "fireLag": serving.metrics.fire_lag_seconds.snapshot(principal.tenant),
+        "firedByQueue": serving.metrics.fired_by_queue_snapshot(principal.tenant), "nodes": nodes,
     })
 
 
@@ -115,7 +118,8 @@ _GROUP_VIEW = {"type": "object", "properties": {
     "appliedIndex": _NULL_INT, "problem": _NULL_STR,
     "lag": {"type": ["integer", "null"], "description": "the leader's commit index minus this node's applied index"}}}
 ANSWER_SCHEMA = {"type": "object", "required": [
-    "node", "tenant", "level", "may", "nowMs", "queues", "counters", "schedulingPaused", "fireLag", "nodes"],
+    "node", "tenant", "level", "may", "nowMs", "queues", "counters", "schedulingPaused", "fireLag", "firedByQueue",
+    "nodes"],
     "properties": {
         "node": {"type": "string", "description": "the node that answered"},
         "tenant": {"type": "string"}, "level": {"type": "string"},
@@ -137,6 +141,9 @@ ANSWER_SCHEMA = {"type": "object", "required": [
                     "properties": {"boundsSeconds": {"type": "array", "items": {"type": "number"}},
                                    "bucketCounts": {"type": "array", "items": _INT}, "count": _INT,
                                    "sumSeconds": {"type": "number"}}},
+        "firedByQueue": {"type": "object", "additionalProperties": _INT,
+                         "description": "this node's fires (any result) of the tenant by queue, counted while it "
+                                        "leads the group; past 100 queues the rest count under \"__other__\""},
         "nodes": {"type": "array", "items": {"type": "object", "required": ["node", "url", "reachable", "status", "groups"],
                   "properties": {"node": {"type": "string"}, "url": {"type": "string"}, "reachable": {"type": "boolean"},
                                  "status": _NULL_STR, "error": {"type": "string"},

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "queen-raft-backup"
@@ -36,11 +38,14 @@ def snapshot_file_name(tenant: str) -> str:
     return f"{tenant}.snapshot"
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Path, on_chunk: Callable[[int], Any] | None = None) -> str:
+    """The file's hex sha256; `on_chunk(n)` after each n bytes read (a progress bar's update)."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(HASH_CHUNK_BYTES):
             digest.update(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     return digest.hexdigest()
 
 

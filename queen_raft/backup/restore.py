@@ -14,6 +14,10 @@ its fresh one, so it loads the snapshot as its state and raft index (snapshot_re
 snapshot_guard.py), and the nodes elect a leader whose log matches theirs. Term 0 is the fresh
 journal's term: every election after the restore is in a later term.
 
+`progress` gets one line per tenant seeded (the command's summary); `open_bar(description, total,
+unit)`, when given, gets a bar for the checksums (bytes) and one for the seeding (group dirs),
+like take.py's.
+
 The node's own attributes in the dump (the first item of its data) are left empty: a SyncObj
 only restores the ones it finds, and keeps the defaults it started with for the rest.
 """
@@ -24,6 +28,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pysyncobj.syncobj import _COMMAND_TYPE, _bchr
 
@@ -37,7 +42,7 @@ PORT_PROBE_TIMEOUT_S = 0.5
 LOWEST_LAST_INDEX = 2
 
 
-def check_backup(config: ClusterConfig, source: Path) -> list[TenantFile]:
+def check_backup(config: ClusterConfig, source: Path, open_bar: Callable[..., Any] | None = None) -> list[TenantFile]:
     manifest, files = read_manifest(source)
     backed_up = {entry.tenant for entry in files}
     configured = {tenant.name for tenant in config.tenants}
@@ -51,8 +56,15 @@ def check_backup(config: ClusterConfig, source: Path) -> list[TenantFile]:
             raise BackupRefused(f"{path}: missing (tenant {entry.tenant})")
         if path.stat().st_size != entry.size:
             raise BackupRefused(f"{path}: {path.stat().st_size} bytes, the manifest says {entry.size}: damaged backup")
-        if sha256_of(path) != entry.sha256:
-            raise BackupRefused(f"{path}: sha256 does not match the manifest: damaged backup")
+    bar = open_bar("checking", sum(entry.size for entry in files), "B") if open_bar else None
+    try:
+        for entry in files:
+            path = source / entry.file
+            if sha256_of(path, bar.update if bar is not None else None) != entry.sha256:
+                raise BackupRefused(f"{path}: sha256 does not match the manifest: damaged backup")
+    finally:
+        if bar is not None:
+            bar.close()
     return files
 
 
@@ -97,15 +109,22 @@ def _write_group_snapshot(directory: Path, dump: tuple) -> None:
 
 
 def restore_backup(config: ClusterConfig, source: Path, node_ids: list[str] | None = None,
-                   progress: Callable[[str], None] = print) -> None:
+                   progress: Callable[[str], None] = print, open_bar: Callable[..., Any] | None = None) -> None:
     """Checks everything (BackupRefused, nothing written), then seeds each node's tenant data dirs."""
     node_ids = node_ids or [node.id for node in config.nodes]
-    files = check_backup(config, source)
+    files = check_backup(config, source, open_bar)
     check_targets(config, node_ids)
-    for number, entry in enumerate(files, 1):
-        dump = seed_dump((source / entry.file).read_bytes(), entry.applied_index)
-        for node_id in node_ids:
-            _write_group_snapshot(config.group_data_dir(node_id, entry.tenant), dump)
-        progress(f"[{number}/{len(files)}] {entry.tenant}: seeded {', '.join(node_ids)} at applied index "
-                 f"{entry.applied_index} ({entry.size} bytes)")
+    bar = open_bar("seeding", len(files) * len(node_ids), " groups") if open_bar else None
+    try:
+        for number, entry in enumerate(files, 1):
+            dump = seed_dump((source / entry.file).read_bytes(), entry.applied_index)
+            for node_id in node_ids:
+                _write_group_snapshot(config.group_data_dir(node_id, entry.tenant), dump)
+                if bar is not None:
+                    bar.update(1)
+            progress(f"[{number}/{len(files)}] {entry.tenant}: seeded {', '.join(node_ids)} at applied index "
+                     f"{entry.applied_index} ({entry.size} bytes)")
+    finally:
+        if bar is not None:
+            bar.close()
     progress(f"restore of {config.name} done: start the nodes")

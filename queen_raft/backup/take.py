@@ -6,6 +6,10 @@ local to the leader), and any other node if that one cannot answer. The body is 
 `<tenant>.snapshot.part` while it is hashed; it is kept only if its sha256 matches the node's
 X-Queen-Snapshot-Sha256, then renamed. The manifest is written last: a directory without one is
 not a backup (an interrupted run leaves nothing that restore would take).
+
+`progress` gets one line per tenant written (the command's summary); `open_bar(description,
+total_bytes, "B")`, when given, gets a bar per tenant download, updated with each chunk's size (the CLI
+draws it on a terminal: cli/progress.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from queen_raft.backup.manifest import BackupRefused, TenantFile, snapshot_file_name, write_manifest
 from queen_raft.config import ClusterConfig
@@ -27,6 +32,8 @@ SNAPSHOT_PATH = "/api/v1/admin/snapshot"
 HEALTH_TIMEOUT_S = 2.0
 SNAPSHOT_TIMEOUT_S = 120.0
 CHUNK_BYTES = 1 << 20
+# (description, total or None, unit) -> an object with update(n) and close(), like a tqdm bar.
+OpenBar = Callable[[str, "int | None", str], Any]
 
 
 def admin_tokens(config: ClusterConfig, given: dict[str, str]) -> dict[str, str]:
@@ -62,7 +69,7 @@ def _leader_first(config: ClusterConfig, tenant: str, context: ssl.SSLContext | 
 
 
 def fetch_tenant(url: str, tenant: str, token: str, directory: Path, context: ssl.SSLContext | None,
-                 progress: Callable[[str], None]) -> TenantFile:
+                 open_bar: OpenBar | None = None) -> TenantFile:
     request = urllib.request.Request(url + SNAPSHOT_PATH, headers={"Authorization": f"Bearer {token}"})
     name = snapshot_file_name(tenant)
     part = directory / (name + ".part")
@@ -71,17 +78,22 @@ def fetch_tenant(url: str, tenant: str, token: str, directory: Path, context: ss
             raise BackupRefused(f"{url}: the admin token given for {tenant} is a token of "
                                 f"{answer.headers.get('X-Queen-Tenant')!r}")
         expected = answer.headers["X-Queen-Snapshot-Sha256"]
-        digest, size, shown = hashlib.sha256(), 0, 0
-        with open(part, "wb") as file:
-            while chunk := answer.read(CHUNK_BYTES):
-                file.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-                if size - shown >= 16 * CHUNK_BYTES:
-                    shown = size
-                    progress(f"  {tenant}: {size / 1e6:.1f} MB")
-            file.flush()
-            os.fsync(file.fileno())
+        digest, size = hashlib.sha256(), 0
+        length = answer.headers.get("Content-Length")
+        bar = open_bar(f"backup {tenant}", int(length) if length and length.isdigit() else None, "B") if open_bar else None
+        try:
+            with open(part, "wb") as file:
+                while chunk := answer.read(CHUNK_BYTES):
+                    file.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+                file.flush()
+                os.fsync(file.fileno())
+        finally:
+            if bar is not None:
+                bar.close()
         if digest.hexdigest() != expected:
             part.unlink()
             raise BackupRefused(f"{url}: {tenant}'s snapshot arrived damaged (sha256 mismatch)")
@@ -91,7 +103,7 @@ def fetch_tenant(url: str, tenant: str, token: str, directory: Path, context: ss
 
 
 def take_backup(config: ClusterConfig, out: Path, tokens: dict[str, str], context: ssl.SSLContext | None = None,
-                progress: Callable[[str], None] = print) -> Path:
+                progress: Callable[[str], None] = print, open_bar: OpenBar | None = None) -> Path:
     """Writes every tenant's snapshot and the manifest into out (created; must be empty)."""
     out.mkdir(parents=True, exist_ok=True)
     if any(out.iterdir()):
@@ -102,7 +114,7 @@ def take_backup(config: ClusterConfig, out: Path, tokens: dict[str, str], contex
         errors = []
         for url in _leader_first(config, tenant.name, context):
             try:
-                entry = fetch_tenant(url, tenant.name, tokens[tenant.name], out, context, progress)
+                entry = fetch_tenant(url, tenant.name, tokens[tenant.name], out, context, open_bar)
                 break
             except urllib.error.HTTPError as exc:
                 errors.append(f"{url}: HTTP {exc.code} {exc.read()[:200].decode('utf-8', 'replace')}")

@@ -1,4 +1,8 @@
-"""`queen-raft cluster backup` and `queen-raft cluster restore` (logic in queen_raft/backup/)."""
+"""`queen-raft cluster backup` and `queen-raft cluster restore` (logic in queen_raft/backup/).
+
+Each prints a line per tenant and a last line on stdout; on a terminal, progress bars on stderr
+show the download of each tenant's snapshot, and for a restore the checksums and the seeding
+(progress.py)."""
 
 from __future__ import annotations
 
@@ -26,11 +30,13 @@ def _token_pairs(values: list[str]) -> dict[str, str]:
 
 def cmd_backup(args: argparse.Namespace) -> int:
     from queen_raft.backup.take import admin_tokens, take_backup
+    from queen_raft.cli.progress import open_bar, print_line
 
     config = load_config(args.config)
     context = ssl.create_default_context(cafile=args.cacert) if args.cacert else None
     try:
-        take_backup(config, args.out, admin_tokens(config, _token_pairs(args.token)), context)
+        take_backup(config, args.out, admin_tokens(config, _token_pairs(args.token)), context,
+                    progress=print_line, open_bar=open_bar)
     except BackupRefused as exc:
         print(f"backup refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -39,10 +45,11 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from queen_raft.backup.restore import restore_backup  # imports pysyncobj
+    from queen_raft.cli.progress import open_bar, print_line
 
     config = load_config(args.config)
     try:
-        restore_backup(config, getattr(args, "from"), args.node or None)
+        restore_backup(config, getattr(args, "from"), args.node or None, progress=print_line, open_bar=open_bar)
     except BackupRefused as exc:
         print(f"restore refused, nothing changed: {exc}", file=sys.stderr)
         return EXIT_REFUSED

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from queen_raft.cli.output import UsageError, client_command, wire
+from queen_raft.cli.progress import QuietBar, open_bar
 from queen_raft.client import Queen
 
 # The server clamps a DLQ page to 1..1000 rows (api/dlq.py DLQ_MAX_LIMIT); a filtered or --all
@@ -38,7 +39,8 @@ async def dlq_list(q: Queen, args: argparse.Namespace) -> Any:
     """`{rows, truncated, nextAfter}`, in filing order from --after. --group and --partition filter
     here (the server filters by queue only), over as many of the server's pages as it takes to find
     --limit matching rows, or every one with --all. truncated: more matching rows follow; nextAfter
-    (a dlqId) continues the listing with --after."""
+    (a dlqId) continues the listing with --after. With --all, the rows read so far show as progress
+    on a terminal (progress.py)."""
     if args.all and args.limit is not None:
         raise UsageError("--all lists every row: give --all or --limit, not both")
     filtered = args.group is not None or args.partition is not None
@@ -46,13 +48,18 @@ async def dlq_list(q: Queen, args: argparse.Namespace) -> Any:
     # One row past the limit says whether more follow, as the server's own pages do.
     page_size = DLQ_SERVER_MAX_ROWS if filtered or limit is None else min(limit + 1, DLQ_SERVER_MAX_ROWS)
     matching: list[dict] = []
-    async with contextlib.aclosing(q.dlq_rows(args.queue, page_size=page_size, after=args.after)) as rows:
-        async for entry in rows:
-            row = wire(entry)
-            if _matches(row, args):
-                matching.append(row)
-                if limit is not None and len(matching) > limit:
-                    break
+    bar = open_bar("dead letters read", unit=" rows") if args.all else QuietBar()
+    try:
+        async with contextlib.aclosing(q.dlq_rows(args.queue, page_size=page_size, after=args.after)) as rows:
+            async for entry in rows:
+                bar.update(1)
+                row = wire(entry)
+                if _matches(row, args):
+                    matching.append(row)
+                    if limit is not None and len(matching) > limit:
+                        break
+    finally:
+        bar.close()
     truncated = limit is not None and len(matching) > limit
     shown = matching[:limit] if truncated else matching
     return {"rows": shown, "truncated": truncated, "nextAfter": shown[-1]["dlqId"] if truncated else None}
@@ -131,7 +138,8 @@ def add_operator_commands(sub: argparse._SubParsersAction, common: argparse.Argu
     listing.add_argument("--after", metavar="DLQ_ID", default=None,
                          help="start after this row: the nextAfter of the previous listing")
     listing.add_argument("--all", action="store_true",
-                         help="every (matching) row, page after page, instead of --limit rows")
+                         help="every (matching) row, page after page, instead of --limit rows (the rows read so "
+                              "far show on stderr when it is a terminal)")
     replay = client_command(dlq_sub, "replay", dlq_replay, common, "push a dead letter's message again",
                             description="Pushes the row's payload again under a new messageId (also its "
                             "transactionId) and removes the row. A timer's row (__timer__) is refused: 409 "

@@ -123,7 +123,8 @@ function recordSamples(overview) {
   const at = Date.now();
   page.lagSamples.push({ at, lag: overview.fireLag });
   const fired = overview.counters.fired || {};
-  page.firedSamples.push({ at, fired: (fired.appended || 0) + (fired.duplicate || 0) + (fired.failed || 0) + (fired.dlq || 0) });
+  page.firedSamples.push({ at, fired: (fired.appended || 0) + (fired.duplicate || 0) + (fired.failed || 0) + (fired.dlq || 0),
+    byQueue: overview.firedByQueue || {} });
   const oldest = at - LAG_WINDOW_MS - LAG_STEP_MS;
   while (page.lagSamples.length && page.lagSamples[0].at < oldest) page.lagSamples.shift();
   while (page.firedSamples.length > 2 && page.firedSamples[0].at < at - LAG_STEP_MS) page.firedSamples.shift();
@@ -213,11 +214,19 @@ function renderCluster(overview) {
   return [nodeCards, ...groups];
 }
 
-function firesPerSecond() {
+function firesPerSecond(count = (sample) => sample.fired) {
   const samples = page.firedSamples;
   if (samples.length < 2) return null;
   const first = samples[0], last = samples[samples.length - 1];
-  return last.at > first.at ? ((last.fired - first.fired) * 1000) / (last.at - first.at) : null;
+  return last.at > first.at ? ((count(last) - count(first)) * 1000) / (last.at - first.at) : null;
+}
+
+// A queue's fires are counted by the node that leads the tenant's group (firedByQueue): elsewhere
+// the column shows a dash and the page names the leader.
+function queueFiresPerSecond(overview, queue) {
+  if (leaderHint(overview, "queues")) return "—";
+  const rate = firesPerSecond((sample) => sample.byQueue[queue] || 0);
+  return rate === null ? "…" : rate.toFixed(1);
 }
 
 function renderQueues(overview) {
@@ -233,11 +242,14 @@ function renderQueues(overview) {
     h("td", {}, q.nextDueAt !== null && q.nextDueAt !== undefined ? fmtDue(q.nextDueAt, overview.nowMs)
       : q.nextDueAfter ? `after ${fmtDue(q.nextDueAfter, overview.nowMs)}` : "—"),
     h("td", { class: "num" }, fmtInt(q.unsettledMessages)),
+    h("td", { class: "num", "data-fires": q.queue }, queueFiresPerSecond(overview, q.queue)),
     h("td", { class: "num" }, q.dlqCount ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); setView("dlq", { dlqQueue: q.queue, dlqCursors: [null] }); } }, fmtInt(q.dlqCount)) : "0")));
   return [cards, h("section", { class: "panel" }, h("h2", {}, "Queues"),
     rows.length ? h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "queue"), h("th", { class: "num" }, "pending timers"),
-      h("th", {}, "next due"), h("th", { class: "num" }, "unsettled messages"), h("th", { class: "num" }, "DLQ"))),
-    h("tbody", {}, rows)) : h("p", { class: "muted" }, "No queue and no pending timer yet."))];
+      h("th", {}, "next due"), h("th", { class: "num" }, "unsettled messages"), h("th", { class: "num" }, "fires / s"),
+      h("th", { class: "num" }, "DLQ"))),
+    h("tbody", {}, rows)) : h("p", { class: "muted" }, "No queue and no pending timer yet."),
+    rows.length ? leaderHint(overview, "queues") : null)];
 }
 
 async function renderTimers(overview) {
@@ -335,15 +347,18 @@ function lagChart(points) {
   return svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", id: "lag-chart" }, grid, line("p50"), line("p99"));
 }
 
-// The fire lag is observed by the group's leader: on another node the chart stays flat, so the
-// page names the node to open (its own origin: the token is typed in there again).
-function leaderHint(overview) {
+// The fire lag and the fires by queue are observed by the group's leader: on another node they
+// stay still, so the page names the node to open (its own origin: the token is typed in there again).
+const LEADER_HINTS = { firelag: ["lag-leader-hint", "open its fire lag"], queues: ["queues-leader-hint", "open its queues"] };
+
+function leaderHint(overview, view = "firelag") {
   const own = overview.nodes.find((n) => n.node === overview.node);
   const group = own && own.groups[overview.tenant];
   const leader = group && overview.nodes.find((n) => n.node === group.leaderNode);
   if (!leader || leader.node === overview.node) return null;
-  return h("p", { class: "muted", id: "lag-leader-hint" }, `Node ${leader.node} leads ${overview.tenant} and observes its fires: `,
-    h("a", { href: `${leader.url}/dashboard#view=firelag` }, `open its fire lag`), ".");
+  const [id, text] = LEADER_HINTS[view];
+  return h("p", { class: "muted", id }, `Node ${leader.node} leads ${overview.tenant} and observes its fires: `,
+    h("a", { href: `${leader.url}/dashboard#view=${view}` }, text), ".");
 }
 
 function renderFireLag(overview) {

@@ -29,7 +29,9 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Iterator
 
 import msgpack
@@ -57,7 +59,7 @@ from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_P
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
-from .timers import TimerTable, peek_timer
+from .timers import T_QUEUE, TimerTable, peek_timer
 from .transaction import resolve_acks, split_operations
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
@@ -165,12 +167,14 @@ class TenantState:
     def _tick(self, command: dict, now: int) -> dict:
         policy = parse_policy(command.get("policy"), "bad_request")
         table = self.timers
-        tally = fire(table.take_due(now, policy.fire_batch, policy.fire_max_bytes), table,
-                     self.broker, policy, now, self.fired_memory)
+        due = table.take_due(now, policy.fire_batch, policy.fire_max_bytes)
+        tally = fire(due, table, self.broker, policy, now, self.fired_memory)
         self._count(tally)
         next_due = table.next_due_at()
+        # Fires (any result) by queue, for the leader's per-queue meter: Counter counts in C.
         return {"fired": tally.fired, "appended": tally.appended, "duplicate": tally.duplicate,
                 "failed": tally.failed, "dlq": tally.dlq, "lagsMs": tally.lags,
+                "firedByQueue": dict(Counter(map(itemgetter(T_QUEUE), due))),
                 "moreDue": next_due is not None and next_due <= now, "nextDueAt": next_due}
 
     # --- messages ---------------------------------------------------------------------------------

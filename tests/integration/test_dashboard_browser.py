@@ -201,3 +201,29 @@ async def test_the_cluster_view_names_the_new_leader_after_a_kill(node_cluster):
             cluster.start_node(old)
             await asyncio.to_thread(cluster.wait_ready)
         assert browser.errors == []
+
+
+async def test_the_queues_view_shows_each_queues_fires_per_second_on_the_leader(node_cluster):
+    cluster = node_cluster
+    leader = cluster.role_of("acme", "leader")
+    follower = next(n for n in cluster.node_ids if n != leader)
+    queue = "dash-rate"
+    async with Browser() as browser:
+        await browser.open(page_url(cluster, leader, token=token("acme", "read-only"), view="queues"))
+        await browser.wait_for("document.getElementById('error').hidden && page.overview")
+        status, _, body = cluster.call("n1", "POST", "/api/v1/timers", token("acme", "read-write"), {"operations": [
+            {"op": "schedule", "queue": queue, "timerKey": f"r{i}", "delayMs": 1500 + 50 * i, "txn": f"rate-{i}",
+             "payload": "e30="} for i in range(40)]})
+        assert status == 200, body
+        cell = f"document.querySelector('td[data-fires={json.dumps(queue)}]')"
+        rate = await browser.wait_for(f"(c => c && parseFloat(c.textContent) > 0 && c.textContent)({cell})", timeout_s=20)
+        assert float(rate) > 0
+        await browser.screenshot(ARTIFACTS / "queues-fires.png")
+        assert browser.errors == []
+    async with Browser() as browser:
+        # A follower does not count fires: its column shows a dash and the page links to the leader.
+        await browser.open(page_url(cluster, follower, token=token("acme", "read-only"), view="queues"))
+        link = await browser.wait_for("document.querySelector('#queues-leader-hint a')?.href")
+        assert link == f"{cluster.url(leader)}/dashboard#view=queues", link
+        assert await browser.evaluate(f"document.querySelector('td[data-fires={json.dumps(queue)}]').textContent") == "—"
+        assert browser.errors == []

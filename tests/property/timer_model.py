@@ -342,10 +342,11 @@ class TimerModel:
                 break
             taken.append(timer)
             taken_bytes += len(timer["payload"])
-        answer = {"fired": 0, "appended": 0, "duplicate": 0, "failed": 0, "dlq": 0, "lagsMs": []}
+        answer = {"fired": 0, "appended": 0, "duplicate": 0, "failed": 0, "dlq": 0, "lagsMs": [], "firedByQueue": {}}
         for timer in taken:
             outcome = self.fire(timer, full_policy)
             answer["fired"] += 1
+            answer["firedByQueue"][timer["queue"]] = answer["firedByQueue"].get(timer["queue"], 0) + 1
             answer[outcome] += 1
             if outcome in ("appended", "duplicate"):
                 answer["lagsMs"].append(self.clock - timer["deliverAt"])

@@ -44,6 +44,21 @@ async def test_queues_counters_and_this_nodes_group_view_of_the_tokens_tenant():
         assert body["fireLag"]["count"] == 0 and len(body["fireLag"]["bucketCounts"]) == len(body["fireLag"]["boundsSeconds"]) + 1
 
 
+async def test_fires_by_queue_are_this_leaders_counts_of_the_tokens_tenant():
+    async with ApiHarness() as api:
+        status, _, body = await api.call("GET", "/api/v1/overview", token="acme-ro")
+        assert status == 200 and body["firedByQueue"] == {}
+        ops = [{"op": "schedule", "queue": queue, "timerKey": f"k{i}", "delayMs": 10, "txn": f"t{i}", "payload": "eA=="}
+               for i, queue in enumerate(("payments", "payments", "emails"))]
+        assert (await api.call("POST", "/api/v1/timers", json={"operations": ops}))[0] == 200
+        # The leader's tick hook feeds the meter (node.py): here the fake group's tick, handed over.
+        api.serving.metrics.observe_tick_result("acme", api.groups["acme"].advance(20))
+        status, _, body = await api.call("GET", "/api/v1/overview", token="acme-ro")
+        assert body["firedByQueue"] == {"payments": 2, "emails": 1}
+        status, _, body = await api.call("GET", "/api/v1/overview", token="globex-ro")
+        assert body["firedByQueue"] == {}
+
+
 async def test_an_unreachable_peer_is_listed_not_fatal():
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

@@ -38,7 +38,7 @@ def test_tick_fires_nothing_before_deliver_at():
     timers(state, T0, schedule("q", "k", 100))
     answer = tick(state, T0 + 99)
     assert answer == {"fired": 0, "appended": 0, "duplicate": 0, "failed": 0, "dlq": 0,
-                      "lagsMs": [], "moreDue": False, "nextDueAt": T0 + 100}
+                      "lagsMs": [], "firedByQueue": {}, "moreDue": False, "nextDueAt": T0 + 100}
     assert txns(state, "q") == []
 
 
@@ -48,7 +48,7 @@ def test_fired_message_carries_txn_minted_message_id_and_the_schedulers_sub():
            sub="alice")
     answer = tick(state, T0 + 130)
     assert answer == {"fired": 1, "appended": 1, "duplicate": 0, "failed": 0, "dlq": 0,
-                      "lagsMs": [30], "moreDue": False, "nextDueAt": None}
+                      "lagsMs": [30], "firedByQueue": {"q": 1}, "moreDue": False, "nextDueAt": None}
     assert state.fetch("q", "p", 0, 10) == [{
         "offset": 0, "transactionId": "t1", "messageId": "mid-k", "payload": b"\x01\x02",
         "createdAt": T0 + 130, "producerSub": "alice", "traceId": None, "encrypted": False}]
@@ -149,6 +149,17 @@ def test_a_due_reschedule_fires_in_the_same_entry_with_the_new_txn():
     answer = timers(state, T0 + 1, {**schedule("q", "k", 0, txn="new"), "op": "reschedule"})
     assert answer["results"][0]["status"] == "rescheduled"
     assert txns(state, "q") == ["new"]
+
+
+def test_the_tick_answers_its_fires_by_queue_whatever_their_result():
+    state = TenantState()
+    state.apply({"op": "configure", "now": T0, "queue": "small", "options": {"maxPayloadBytes": 4}})
+    timers(state, T0, schedule("a", "k1", 10), schedule("b", "k2", 20), schedule("a", "k3", 30),
+           schedule("small", "big", 40, payload=b"too large"), schedule("b", "later", 500))
+    answer = tick(state, T0 + 100)
+    assert answer["firedByQueue"] == {"a": 2, "b": 1, "small": 1}
+    assert (answer["fired"], answer["appended"], answer["failed"]) == (4, 3, 1)
+    assert sum(answer["firedByQueue"].values()) == answer["fired"]
 
 
 def test_a_txn_in_the_dedup_window_appends_nothing_and_ends_the_timer():
