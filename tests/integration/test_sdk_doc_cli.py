@@ -2,7 +2,7 @@
 
 The page's lines are a walk-through: the schedule a later cancel removes, the pop whose lease a
 later ack settles. The test runs them as a reader would, with the few things a reader brings
-(the payload file, the leaseId a pop printed, an admin token) filled in, and holds each line to
+(the payload file, the leaseId a pop printed, an admin token, what a `--file -` line reads) filled in, and holds each line to
 what the page says of it: exit 0, or the exit status its comment names.
 """
 
@@ -96,6 +96,12 @@ class Reader:
             self.lease_id = self.pop_lease("reminders", "mailer")
             argv[2] = self.lease_id
 
+    def stdin_for(self, argv: list[str]) -> str | None:
+        """A line that reads a file from stdin (`--file -`) without a pipe on the page gets one."""
+        if argv[:2] == ["timer", "schedule"] and argv[-2:] == ["--file", "-"]:
+            return '{"timerKey": "from-stdin", "delay": "1h", "payload": {"n": 1}}\n'
+        return None
+
     def after(self, argv: list[str], stdout: str) -> None:
         if argv[0] == "pop" and "--ack" not in argv and "--auto-ack" not in argv:
             answer = json.loads(stdout)
@@ -110,7 +116,8 @@ def test_every_cli_line_of_the_page_runs_in_order(node_cluster, tmp_path):  # no
         argv = reader.argv(line)
         reader.before(argv)
         run = subprocess.run([sys.executable, "-m", "queen_raft", *argv], cwd=tmp_path, env=reader.env,
-                             input=stdin, capture_output=True, text=True, timeout=60)
+                             input=stdin if stdin is not None else reader.stdin_for(argv), capture_output=True,
+                             text=True, timeout=60)
         if run.returncode != expected:
             failures.append(f"{line}\n  exit {run.returncode}, the page says {expected}\n  "
                             f"{run.stdout.strip()[:400]}\n  {run.stderr.strip()[:400]}")
