@@ -390,12 +390,12 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
-    def leader(self) -> str | None:
+    def leader(self, tenant: str = TENANT) -> str | None:
         """The node that says it leads the tenant's group in the highest term, if any answers."""
         best: tuple[int, str] | None = None
         for node_id in self.nodes:
             body = self.health(node_id)
-            group = ((body or {}).get("groups") or {}).get(TENANT) or {}
+            group = ((body or {}).get("groups") or {}).get(tenant) or {}
             if group.get("role") == "leader":
                 term = int(group.get("term") or 0)
                 if best is None or term > best[0]:

@@ -57,11 +57,15 @@ def point_latest(store: Path, run_dir: Path) -> None:
 
 
 def operation_table(operations: list[Operation]) -> dict[str, dict[str, int]]:
+    """Counts by type of each `<workload>/<f>` (`<f>` in a history whose operations name no workload),
+    with ` via <route>` for the operations a workload sends through another route (a transaction)."""
     table: dict[str, Counter] = defaultdict(Counter)
     for op in operations:
         if op.process == NEMESIS_PROCESS:
             continue
-        table[op.f][op.type] += 1
+        via = op.value.get("via") if isinstance(op.value, dict) else None
+        name = (f"{op.workload}/{op.f}" if op.workload else op.f) + (f" via {via}" if via else "")
+        table[name][op.type] += 1
     return {f: {t: counts.get(t, 0) for t in (OK, FAIL, INFO)} for f, counts in sorted(table.items())}
 
 

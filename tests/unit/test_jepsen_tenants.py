@@ -10,7 +10,7 @@ import pytest
 from jepsen.cluster import ORDERS_TENANT, TENANT, TENANT_TOKENS, Cluster
 from jepsen.generator import make_plan
 from jepsen.history import INVOKE, OK, Event, pair_operations, workload_operations
-from jepsen.report import find_property, render_campaign, summarize
+from jepsen.report import find_property, operation_table, render_campaign, summarize
 from jepsen.run import RunOptions, command_line, run_name
 from jepsen.workloads import COMPANIONS, WORKLOAD_NAMES, make_workload, run_workloads
 
@@ -110,3 +110,15 @@ def test_the_campaign_table_has_a_line_per_workload_of_each_run():
     assert "| timers (jepsen) |" in rows[0] and "| pass | 1/1 | - | 5/-/- |" in rows[0]
     assert "| FAIL | 0/1 | at_most_once FAIL |" in rows[1]
     assert "| unknown | 0/1 | replicas_agree unknown |" in rows[2]
+
+
+def test_the_operation_counts_are_by_workload_and_name_the_transaction_route():
+    events = [
+        Event(1, INVOKE, "cancel", {"key": "t1", "via": "txn-ack"}, 10, 1, workload="timers"),
+        Event(1, OK, "cancel", {"key": "t1", "via": "txn-ack"}, 11, 2, workload="timers"),
+        Event(2, INVOKE, "push", {"queue": "jq", "txn": "q-1"}, 12, 3, workload="queue"),
+        Event(2, OK, "push", {"queue": "jq", "txn": "q-1"}, 13, 4, workload="queue"),
+    ]
+    table = operation_table(pair_operations(events))
+    assert table == {"queue/push": {"ok": 1, "fail": 0, "info": 0},
+                     "timers/cancel via txn-ack": {"ok": 1, "fail": 0, "info": 0}}
