@@ -252,7 +252,8 @@ def render_campaign(rows: list[dict]) -> str:
                 figures = lag.get(period) or {}
                 return "/".join("-" if figures.get(k) is None else str(figures[k]) for k in ("p50", "p99", "max"))
 
-            lines.append(f"| {row['run']} | {name} ({facts.get('tenant') or '-'}) | {facts.get('operation_count', '-')} "
+            tenant = facts.get("tenant") or "-"
+            lines.append(f"| {row['run']} | {name} ({tenant}) | {facts.get('operation_count', '-')} "
                          f"| {sum(row['faults'].values())} | {verdict_word(overall_valid(props))} "
                          f"| {passed}/{len(judged)} | {not_passed} | {triple('quiet')} | {triple('fault')} |")
     return "\n".join(lines) + "\n"

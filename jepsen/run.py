@@ -3,8 +3,9 @@
 A run: write the plan, boot the cluster, run clients, consumers and nemesis for the duration, run
 the final phase, check, write the report. A run holds the workload it is named for and its
 companions in the other tenant (workloads/__init__.py, COMPANIONS), side by side; each workload's
-properties are judged on its own operations and read-back, and named `<workload>/<property>`. Exit status 0 when every judged property holds, 1 when
-one fails, 2 when the run could not be judged (cluster never came up, a property unknown).
+properties are judged on its own operations and read-back, and named `<workload>/<property>`.
+Exit status 0 when every judged property holds, 1 when one fails, 2 when the run could not be
+judged (cluster never came up, a property unknown).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
         if loaded is not None:
             admin_token = TENANT_TOKENS[primary.tenant][1]
             admin = {node.id: NodeClient(session, node.base_url, admin_token) for node in cluster.nodes.values()}
-            read = await preload.read_back(primary_client, admin, await asyncio.to_thread(cluster.leader, primary.tenant)
-                                           or cluster.node_ids[0])
+            leader = await asyncio.to_thread(cluster.leader, primary.tenant)
+            read = await preload.read_back(primary_client, admin, leader or cluster.node_ids[0])
             final = finals[primary.name]
             final.state["preload"] = {"result": loaded.to_json(), "read": asdict(read)}
             final.notes.append(f"preload read back in {read.seconds:.1f} s ({read.pages} pages)"

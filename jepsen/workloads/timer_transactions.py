@@ -50,7 +50,10 @@ def timer_result_at(outcome: Outcome, index: int) -> Outcome:
     return Outcome(OK, outcome.status, {"results": [results[index]]})
 
 
-def normalized_at(normalize: Callable[[Outcome], tuple[str, dict]], index: int) -> Callable[[Outcome], tuple[str, dict]]:
+Normalize = Callable[[Outcome], tuple[str, dict]]
+
+
+def normalized_at(normalize: Normalize, index: int) -> Normalize:
     """`normalize` applied to the timer op's result inside a transaction answer."""
     def apply(outcome: Outcome) -> tuple[str, dict]:
         reduced = timer_result_at(outcome, index)
