@@ -85,7 +85,7 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection (jepsen/): every run holds both tenants (timers beside queue + txn, or a message
-# workload beside timers). The full campaign (13 runs within 40 minutes; the seed-1 mixed and the
+# workload beside timers). The full campaign (12 runs within 40 minutes; the seed-1 mixed and the
 # snapshot-fault runs over a million preloaded timers), one mixed timers + queue + txn run of about a
 # minute plus its final phase over a smoke-sized preload, and one mixed run of the transactions
 # workload beside timers (about 90 s).

@@ -253,12 +253,13 @@ def print_summary(summary: dict, stream=sys.stdout) -> None:
 # The full campaign, as (workload, nemesis, seed, preload). Each run holds both tenants (COMPANIONS):
 # a timers run is timers | queue + txn, so queue and txn run under every nemesis of the timers runs.
 # Runs are chosen to keep `make jepsen` within CAMPAIGN_BUDGET_S with room for about six more
-# one-minute runs: two seeds where faults are drawn at random (kill, partition, clock), one where
-# one fault repeats (pause); the million preloaded timers where a snapshot must take seconds to write.
+# one-minute runs: two seeds for kill, partition and mixed (faults drawn from several), one for a
+# single repeated fault (pause, each snapshot nemesis) and for clock (the mixed runs draw clock faults
+# too); the million preloaded timers where a snapshot must take seconds to write.
 CAMPAIGN_PRELOAD = 1_000_000
 CAMPAIGN = (
-    [("timers", nemesis, seed, 0) for nemesis in ("kill", "partition", "clock") for seed in (1, 2)]
-    + [("timers", "pause", 1, 0), ("timers", "mixed", 2, 0)]
+    [("timers", nemesis, seed, 0) for nemesis in ("kill", "partition") for seed in (1, 2)]
+    + [("timers", "clock", 1, 0), ("timers", "pause", 1, 0), ("timers", "mixed", 2, 0)]
     + [("timers", nemesis, 1, CAMPAIGN_PRELOAD) for nemesis in ("mixed",) + SNAPSHOT_FAULTS]
     + [("timers-remembered", "kill", 1, 0), ("dedup", "mixed", 1, 0)]
 )
@@ -266,7 +267,7 @@ CAMPAIGN = (
 # reads of every workload), checks and the timeline; a preloaded million timers add their load and
 # read-back (jepsen/README.md, "A large state"). Used only to keep the campaign within its budget.
 RUN_OVERHEAD_S = 35.0
-PRELOAD_MILLION_S = 130.0
+PRELOAD_MILLION_S = 160.0
 CAMPAIGN_BUDGET_S = 40 * 60.0
 CAMPAIGN_DURATION_S = 60.0
 
