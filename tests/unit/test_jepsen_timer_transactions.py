@@ -172,3 +172,13 @@ def test_schedules_through_a_transaction():
     txn_schedule(s, "k", "k-1", 1000, 1010, 1100, body=refused)
     s.peek("k", 9000, 9010, None, final=True)
     assert failing(s.check_timers([record(0, "k-1", 1150)])) == {"no_unexpected_messages"}
+
+
+def test_a_timer_scheduled_in_a_transaction_that_fires_twice_or_early_is_caught():
+    s = Script()
+    txn_schedule(s, "k", "k-1", 1000, 1010, 1100)
+    s.peek("k", 9000, 9010, None, final=True)
+    assert failing(s.check_timers([record(0, "k-1", 1150)])) == set()
+    assert "at_most_once" in failing(s.check_timers([record(0, "k-1", 1150), record(1, "k-1", 1160)]))
+    early = s.check_timers([record(0, "k-1", 1050)])["floor_not_before_deliverAt"]
+    assert early["valid"] is False and early["counterexamples"][0]["kind"] == "created_before_deliverAt"
