@@ -12,6 +12,10 @@ from jepsen.run import (CAMPAIGN_DURATION_S, STORE, RunOptions, print_summary, r
 from jepsen.workloads import WORKLOAD_NAMES
 
 
+def _companions(text: str) -> list[str]:
+    return [] if text == "none" else [name.strip() for name in text.split(",") if name.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jepsen", description="fault runs against real nodes")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--store", type=Path, default=STORE)
     run.add_argument("--preload", type=int, default=0,
                      help="timers to schedule far ahead before the run, read back at the end (jepsen/preload.py)")
+    run.add_argument("--with", dest="companions", type=_companions, default=None,
+                     help="workloads to run beside it, comma-separated, or `none` (default: the other tenant's, "
+                          "see jepsen/README.md)")
     campaign = commands.add_parser("campaign", help="every workload under each nemesis, several seeds")
     campaign.add_argument("--duration", type=float, default=CAMPAIGN_DURATION_S)
     campaign.add_argument("--rate", type=float, default=20.0)
@@ -34,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     again.add_argument("--table", type=Path, default=None, help="also write a campaign table of these runs here")
     args = parser.parse_args(argv)
     if args.command == "run":
-        code, summary = run_once(RunOptions(args.workload, args.nemesis, args.seed, args.duration, args.rate,
-                                            args.concurrency, args.store, args.preload))
+        try:
+            options = RunOptions(args.workload, args.nemesis, args.seed, args.duration, args.rate,
+                                 args.concurrency, args.store, args.preload, args.companions)
+            options.workloads  # refuses a bad combination before anything starts
+        except ValueError as error:
+            parser.error(str(error))
+        code, summary = run_once(options)
         print_summary(summary)
         print(f"report: {args.store / summary['run'] / 'report.md'}")
         return code

@@ -131,10 +131,13 @@ class HistoryClient:
     per-item verdict is an error is a `fail` for that item).
     """
 
-    def __init__(self, session: aiohttp.ClientSession, history, urls: dict[str, str], token: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, history, urls: dict[str, str], token: str,
+                 workload: str | None = None) -> None:
         self.session = session
         self.history = history
         self.nodes = {node_id: NodeClient(session, url, token) for node_id, url in urls.items()}
+        # Written on every event, so each workload's checkers judge its own operations (its tenant's).
+        self.workload = workload
 
     @property
     def node_ids(self) -> list[str]:
@@ -142,7 +145,7 @@ class HistoryClient:
 
     async def call(self, process, node_id: str, f: str, value, method: str, path: str, body=None,
                    normalize=None, timeout_s: float | None = None) -> tuple[str, Any]:
-        invocation = self.history.invoke(process, f, value, node_id)
+        invocation = self.history.invoke(process, f, value, node_id, self.workload)
         outcome = await self.nodes[node_id].request(method, path, body, timeout_s)
         type_, answer = (outcome.type, outcome.answer) if normalize is None else normalize(outcome)
         self.history.complete(invocation, type_, answer)

@@ -23,9 +23,16 @@ from pathlib import Path
 from jepsen.network import LinkNetwork
 
 HOST = "127.0.0.1"
+# Two tenants, so two Raft groups on the same node processes, as users run them: the timer
+# workloads in the first, the message workloads (queue, dedup, txn) in the second. A fault hits
+# both groups at once. "The leader" of a fault is the first tenant's leader.
 TENANT = "jepsen"
+ORDERS_TENANT = "jepsen-orders"
 TOKEN_READ_WRITE = "jepsen-rw"
 TOKEN_ADMIN = "jepsen-admin"
+# tenant -> (read-write token, admin token)
+TENANT_TOKENS = {TENANT: (TOKEN_READ_WRITE, TOKEN_ADMIN),
+                 ORDERS_TENANT: ("jepsen-orders-rw", "jepsen-orders-admin")}
 
 # A graceful stop (SIGTERM) that takes longer than this is finished with SIGKILL.
 STOP_GRACE_S = 5.0
@@ -122,6 +129,7 @@ class NodeProcess:
 @dataclass
 class ClusterSpec:
     node_ids: list[str] = field(default_factory=lambda: ["n1", "n2", "n3"])
+    tenants: list[str] = field(default_factory=lambda: list(TENANT_TOKENS))
     settings: dict[str, object] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
 
@@ -141,10 +149,11 @@ class Cluster:
         self.network = LinkNetwork(HOST)
         http_ports = free_ports(len(self.spec.node_ids))
         taken = set(http_ports)
+        groups = len(self.spec.tenants)
         self.nodes: dict[str, NodeProcess] = {}
         for node_id, http_port in zip(self.spec.node_ids, http_ports):
-            raft_port = free_port_block(1, taken=frozenset(taken))
-            taken.add(raft_port)
+            raft_port = free_port_block(groups, taken=frozenset(taken))
+            taken.update(range(raft_port, raft_port + groups))
             self.nodes[node_id] = NodeProcess(
                 id=node_id,
                 http_port=http_port,
@@ -152,13 +161,18 @@ class Cluster:
                 log_path=self.log_dir / f"{node_id}.log",
             )
         # dial_maps[a][peer base raft address] = the proxy address a dials instead, written to the
-        # config as a's [nodes.dial] (one tenant here; a key covers every tenant at its offset).
+        # config as a's [nodes.dial]. A key covers every tenant at its offset: tenant i dials proxy
+        # port + i, so each link gets one proxy per tenant on consecutive ports, and a cut of the
+        # link (dialer, target) cuts every tenant's group alike.
         self.dial_maps: dict[str, dict[str, str]] = {node_id: {} for node_id in self.nodes}
         for dialer in self.nodes.values():
             for target in self.nodes.values():
                 if dialer.id == target.id:
                     continue
-                proxy_port = self.network.add_link(dialer.id, target.id, target.raft_port)
+                proxy_port = free_port_block(groups, taken=frozenset(taken))
+                taken.update(range(proxy_port, proxy_port + groups))
+                for offset in range(groups):
+                    self.network.add_link(dialer.id, target.id, target.raft_port + offset, proxy_port + offset)
                 self.dial_maps[dialer.id][target.raft_address] = f"{HOST}:{proxy_port}"
         self.config_path.write_text(self.render_config(), encoding="utf-8")
 
@@ -187,18 +201,12 @@ class Cluster:
             for peer_address, proxy_address in sorted(self.dial_maps[node.id].items()):
                 lines.append(f'"{peer_address}" = "{proxy_address}"')
             lines.append("")
-        lines += [
-            "[[tenants]]",
-            f'name = "{TENANT}"',
-            "[[tenants.tokens]]",
-            f'token = "{TOKEN_READ_WRITE}"',
-            'level = "read-write"',
-            "[[tenants.tokens]]",
-            f'token = "{TOKEN_ADMIN}"',
-            'level = "admin"',
-            "",
-            "[settings]",
-        ]
+        for tenant in self.spec.tenants:
+            read_write, admin = TENANT_TOKENS[tenant]
+            lines += ["[[tenants]]", f'name = "{tenant}"',
+                      "[[tenants.tokens]]", f'token = "{read_write}"', 'level = "read-write"',
+                      "[[tenants.tokens]]", f'token = "{admin}"', 'level = "admin"', ""]
+        lines += ["[settings]"]
         # Every config has a Raft password (queen_raft/peer_password.py): one per run.
         settings = {"raft_password": self.raft_password, **self.spec.settings}
         for key, value in sorted(settings.items()):
@@ -382,12 +390,12 @@ class Cluster:
         except (OSError, ValueError):
             return None
 
-    def leader(self) -> str | None:
+    def leader(self, tenant: str = TENANT) -> str | None:
         """The node that says it leads the tenant's group in the highest term, if any answers."""
         best: tuple[int, str] | None = None
         for node_id in self.nodes:
             body = self.health(node_id)
-            group = ((body or {}).get("groups") or {}).get(TENANT) or {}
+            group = ((body or {}).get("groups") or {}).get(tenant) or {}
             if group.get("role") == "leader":
                 term = int(group.get("term") or 0)
                 if best is None or term > best[0]:

@@ -45,9 +45,11 @@ class Event:
     wall_ms: int = 0  # the harness's wall clock: compared with deliverAt (shared host clock)
     node: str | None = None
     answer: Any = None
+    # The workload (and so the tenant) a client operation belongs to; None for the nemesis.
+    workload: str | None = None
 
     def to_json(self) -> dict:
-        return {
+        row = {
             "process": self.process,
             "type": self.type,
             "f": self.f,
@@ -57,6 +59,9 @@ class Event:
             "node": self.node,
             "answer": self.answer,
         }
+        if self.workload is not None:
+            row["workload"] = self.workload
+        return row
 
     @classmethod
     def from_json(cls, row: dict) -> "Event":
@@ -69,6 +74,7 @@ class Event:
             wall_ms=int(row.get("wall_ms", 0)),
             node=row.get("node"),
             answer=row.get("answer"),
+            workload=row.get("workload"),
         )
 
 
@@ -87,6 +93,7 @@ class Operation:
     node: str | None
     answer: Any
     index: int = 0  # position of the invocation in the history: a stable id for counterexamples
+    workload: str | None = None  # the workload whose client made it (None: the nemesis, or an untagged history)
 
     @property
     def possibly_applied(self) -> bool:
@@ -123,9 +130,10 @@ class HistoryWriter:
             self._file.flush()
         return event
 
-    def invoke(self, process: int | str, f: str, value: Any, node: str | None = None) -> Event:
+    def invoke(self, process: int | str, f: str, value: Any, node: str | None = None,
+               workload: str | None = None) -> Event:
         return self.append(
-            Event(process, INVOKE, f, value, monotonic_ns(), wall_ms(), node)
+            Event(process, INVOKE, f, value, monotonic_ns(), wall_ms(), node, workload=workload)
         )
 
     def complete(
@@ -143,6 +151,7 @@ class HistoryWriter:
                 wall_ms(),
                 node if node is not None else invocation.node,
                 answer,
+                invocation.workload,
             )
         )
 
@@ -158,21 +167,23 @@ def read_events(path: Path) -> list[Event]:
 
 
 def pair_operations(events: Iterable[Event]) -> list[Operation]:
-    """Pairs each invocation with the next completion of the same process.
+    """Pairs each invocation with the next completion of the same process (of the same workload:
+    each workload's set-up and final reads use the same process names).
 
     A process runs one operation at a time (Jepsen's rule), so the pairing is unambiguous. An
     invocation left without a completion (the harness stopped) becomes an open-ended info.
     """
-    open_by_process: dict[Any, tuple[int, Event]] = {}
+    open_by_process: dict[tuple[str | None, Any], tuple[int, Event]] = {}
     operations: list[Operation | None] = []
     for event in events:
+        key = (event.workload, event.process)
         if event.type == INVOKE:
-            if event.process in open_by_process:
+            if key in open_by_process:
                 raise ValueError(f"process {event.process!r} invoked twice without completing")
-            open_by_process[event.process] = (len(operations), event)
+            open_by_process[key] = (len(operations), event)
             operations.append(None)
             continue
-        slot = open_by_process.pop(event.process, None)
+        slot = open_by_process.pop(key, None)
         if slot is None:
             raise ValueError(f"completion without invocation for process {event.process!r}: {event}")
         position, invocation = slot
@@ -188,6 +199,7 @@ def pair_operations(events: Iterable[Event]) -> list[Operation]:
             node=event.node or invocation.node,
             answer=event.answer,
             index=position,
+            workload=invocation.workload,
         )
     for position, invocation in open_by_process.values():
         operations[position] = Operation(
@@ -202,12 +214,20 @@ def pair_operations(events: Iterable[Event]) -> list[Operation]:
             node=invocation.node,
             answer=None,
             index=position,
+            workload=invocation.workload,
         )
     return [op for op in operations if op is not None]
 
 
 def client_operations(operations: Iterable[Operation]) -> Iterator[Operation]:
     return (op for op in operations if op.process != NEMESIS_PROCESS)
+
+
+def workload_operations(operations: Iterable[Operation], workload: str) -> list[Operation]:
+    """The operations one workload's checkers judge: its own clients', and the nemesis's (fault
+    records). An untagged client operation (a history written before runs held several workloads)
+    belongs to the run's only workload, so it is kept too."""
+    return [op for op in operations if op.workload in (None, workload)]
 
 
 @dataclass

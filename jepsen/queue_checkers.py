@@ -59,7 +59,8 @@ def check_queue_consumption(operations: list[Operation], log: list[dict], queue:
     """Pops and acks against the log: what was delivered exists, an acked message is not
     delivered again to its group, and a pop never starts past the group's acked prefix."""
     ops = [op for op in client_operations(operations)
-           if op.f in ("pop", "ack") and isinstance(op.value, dict) and op.value.get("queue") == queue]
+           if (op.f in ("pop", "ack") or _acks_in_transaction(op))
+           and isinstance(op.value, dict) and op.value.get("queue") == queue]
     by_offset = {record.get("offset"): record for record in log}
     pops_by_group: dict[str, list[Operation]] = defaultdict(list)
     acks_by_group: dict[str, list[Operation]] = defaultdict(list)
@@ -116,6 +117,16 @@ def check_queue_consumption(operations: list[Operation], log: list[dict], queue:
     }
 
 
+def _acks_in_transaction(op: Operation) -> bool:
+    """A transaction that acked a popped batch along with its other parts (the timers workload's
+    `txn-ack` cancel): its value names the ack's queue, group, lease and items."""
+    return op.f != "ack" and isinstance(op.value, dict) and op.value.get("via") == "txn-ack"
+
+
 def _ack_verdicts(ack: Operation) -> list[dict]:
+    if _acks_in_transaction(ack):
+        # All or nothing: an ok transaction settled every item (an ack it could not settle
+        # refuses the whole entry, which is then a `fail`).
+        return [{"success": ack.type == OK} for _ in ack.value.get("items") or []]
     results = (ack.answer or {}).get("results") if isinstance(ack.answer, dict) else None
     return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []

@@ -25,6 +25,21 @@ def verdict_word(valid: bool | None) -> str:
     return {True: "pass", False: "FAIL", None: "unknown"}[valid]
 
 
+def find_property(properties: dict, name: str) -> dict:
+    """The first property called `name` (`<workload>/<name>`, or `name` in a run judged before a
+    run held several workloads); {} when none is."""
+    for key, prop in properties.items():
+        if key == name or key.endswith("/" + name):
+            return prop
+    return {}
+
+
+def workload_properties(properties: dict, workload: str) -> dict:
+    """One workload's properties, without the `<workload>/` prefix."""
+    prefix = workload + "/"
+    return {key[len(prefix):]: prop for key, prop in properties.items() if key.startswith(prefix)}
+
+
 def write_results(run_dir: Path, summary: dict) -> Path:
     path = run_dir / "results.json"
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
@@ -42,11 +57,15 @@ def point_latest(store: Path, run_dir: Path) -> None:
 
 
 def operation_table(operations: list[Operation]) -> dict[str, dict[str, int]]:
+    """Counts by type of each `<workload>/<f>` (`<f>` in a history whose operations name no workload),
+    with ` via <route>` for the operations a workload sends through another route (a transaction)."""
     table: dict[str, Counter] = defaultdict(Counter)
     for op in operations:
         if op.process == NEMESIS_PROCESS:
             continue
-        table[op.f][op.type] += 1
+        via = op.value.get("via") if isinstance(op.value, dict) else None
+        name = (f"{op.workload}/{op.f}" if op.workload else op.f) + (f" via {via}" if via else "")
+        table[name][op.type] += 1
     return {f: {t: counts.get(t, 0) for t in (OK, FAIL, INFO)} for f, counts in sorted(table.items())}
 
 
@@ -86,7 +105,9 @@ def render_markdown(summary: dict, png_note: str) -> str:
         f"# Fault run {summary['run']}",
         "",
         f"- workload **{summary['workload']}**, nemesis **{summary['nemesis']}**, seed {summary['seed']}, "
-        f"duration {summary['duration_s']} s, rate {summary['rate']}/s",
+        f"duration {summary['duration_s']} s, rate {summary['rate']}/s per workload",
+        "- workloads (tenant): " + ", ".join(f"{name} ({facts.get('tenant')}): {verdict_word(facts.get('valid'))}"
+                                             for name, facts in summary.get("workloads", {}).items()),
         f"- verdict: **{verdict_word(summary['valid'])}**",
         f"- command: `{summary['command']}`",
         "",
@@ -99,7 +120,7 @@ def render_markdown(summary: dict, png_note: str) -> str:
         judged = prop.get("judged", True)
         verdict = verdict_word(prop.get("valid")) if judged else "reported"
         lines.append(f"| {name} | {verdict} | {prop.get('violations', '-')} | {_property_note(name, prop)} |")
-    lateness = summary["properties"].get("lateness")
+    lateness = find_property(summary["properties"], "lateness")
     if lateness:
         lines += ["", "## Lateness (ms)", "",
                   "fire lag = the fire entry's createdAt - deliverAt (group clock); visible lag = first "
@@ -110,7 +131,7 @@ def render_markdown(summary: dict, png_note: str) -> str:
                 figures = lateness[measure][period]
                 lines.append(f"| {measure} | {period} | {figures['count']} | {_figure(figures['p50'])} | "
                              f"{_figure(figures['p99'])} | {_figure(figures['max'])} |")
-    floor = summary["properties"].get("floor_not_before_deliverAt")
+    floor = find_property(summary["properties"], "floor_not_before_deliverAt")
     if floor and floor.get("max_injected_skew_ms"):
         lines += ["", "## Clock skew", "",
                   f"- largest injected skew: {floor['max_injected_skew_ms']} ms "
@@ -184,10 +205,19 @@ def draw_timeline(path: Path, operations: list[Operation], windows: list[FaultWi
 
 
 def summarize(run: str, plan: dict, command: str, properties: dict, operations: list[Operation],
-              events: list[Event], notes: list[str]) -> dict:
+              events: list[Event], notes: list[str], tenants: dict[str, str] | None = None) -> dict:
+    """results.json. `tenants`: workload -> its tenant, in the run's order."""
+    tenants = tenants or {plan["workload"]: None}
+    workloads = {
+        name: {"tenant": tenant, "valid": overall_valid(workload_properties(properties, name)),
+               "operation_count": sum(1 for op in operations if op.workload == name)}
+        for name, tenant in tenants.items()
+    }
     return {
         "run": run,
         "workload": plan["workload"],
+        "companions": plan.get("companions", []),
+        "workloads": workloads,
         "nemesis": plan["nemesis"],
         "seed": plan["seed"],
         "duration_s": plan["duration_s"],
@@ -200,3 +230,30 @@ def summarize(run: str, plan: dict, command: str, properties: dict, operations: 
         "properties": properties,
         "notes": notes,
     }
+
+
+def render_campaign(rows: list[dict]) -> str:
+    """The campaign table: one line per workload of each run (a run holds several, in two tenants)."""
+    lines = ["# Fault campaign", "",
+             "| run | workload (tenant) | ops | faults | verdict | properties passed | not passed "
+             "| fire lag quiet p50/p99/max | fire lag fault p50/p99/max |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        workloads = row.get("workloads") or {row["workload"]: {"operation_count": row["operation_count"]}}
+        for name, facts in workloads.items():
+            props = workload_properties(row["properties"], name) or (row["properties"] if len(workloads) == 1 else {})
+            judged = {n: p for n, p in props.items() if p.get("judged", True)}
+            passed = sum(1 for p in judged.values() if p.get("valid") is True)
+            not_passed = ", ".join(f"{n} {verdict_word(p.get('valid'))}" for n, p in judged.items()
+                                   if p.get("valid") is not True) or "-"
+            lag = (props.get("lateness") or {}).get("fire_lag_ms", {})
+
+            def triple(period: str) -> str:
+                figures = lag.get(period) or {}
+                return "/".join("-" if figures.get(k) is None else str(figures[k]) for k in ("p50", "p99", "max"))
+
+            tenant = facts.get("tenant") or "-"
+            lines.append(f"| {row['run']} | {name} ({tenant}) | {facts.get('operation_count', '-')} "
+                         f"| {sum(row['faults'].values())} | {verdict_word(overall_valid(props))} "
+                         f"| {passed}/{len(judged)} | {not_passed} | {triple('quiet')} | {triple('fault')} |")
+    return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from jepsen.client import HistoryClient
@@ -19,6 +20,7 @@ class PlannedOp:
     at_s: float  # offset from the start of the run
     f: str
     value: dict
+    workload: str = ""  # the workload whose clients perform it (a run holds several)
 
 
 @dataclass
@@ -26,6 +28,8 @@ class ConsumerSpec:
     queue: str
     group: str
     count: int
+    # Builds each consumer (messages.Consumer's arguments); None: a plain messages.Consumer.
+    factory: Callable[..., Any] | None = None
 
 
 @dataclass
@@ -42,6 +46,7 @@ class FinalReads:
 
 class Workload(Protocol):
     name: str
+    tenant: str  # the tenant (Raft group) its clients' token belongs to (jepsen/cluster.py)
     queues: list[str]
 
     def plan(self, rng: random.Random, duration_s: float, rate: float) -> list[PlannedOp]: ...
@@ -78,3 +83,19 @@ def make_workload(name: str) -> Workload:
 
 
 WORKLOAD_NAMES = ("timers", "timers-remembered", "queue", "dedup", "txn")
+
+# Every run holds both tenants, as users run them: the workload it is named for, in its tenant, and
+# these companions in the other one, at the same time, under the same faults. The timer workloads
+# share a tenant; queue, dedup and txn share the other. So a timers run is timers | queue + txn.
+COMPANIONS = {"timers": ("queue", "txn"), "timers-remembered": ("queue", "txn"),
+              "queue": ("timers",), "txn": ("timers",), "dedup": ("timers",)}
+
+
+def run_workloads(name: str, companions: list[str] | tuple[str, ...] | None = None) -> list[str]:
+    """The workloads of a run named for `name`: it first, then its companions (COMPANIONS[name]
+    unless given; an empty list runs it alone). Each appears once."""
+    names = [name] + list(COMPANIONS[name] if companions is None else companions)
+    unknown = [n for n in names if n not in WORKLOAD_NAMES]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(f"a run's workloads are distinct names of {', '.join(WORKLOAD_NAMES)}; got {names}")
+    return names

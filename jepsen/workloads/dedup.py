@@ -11,6 +11,7 @@ from typing import Any
 
 from jepsen.checkers import check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient
+from jepsen.cluster import ORDERS_TENANT
 from jepsen.history import FaultWindow, Operation
 from jepsen.queue_checkers import check_pushes
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
@@ -24,6 +25,7 @@ ACTIVE_WINDOW_S = 10.0
 
 
 class DedupWorkload(PushWorkload):
+    tenant = ORDERS_TENANT
     queue = QUEUE
     name = "dedup"
     queues = [QUEUE]

@@ -185,19 +185,23 @@ class Consumer:
             messages = answer.get("messages") or []
             if not messages:
                 continue
-            items = [{"txn": m["txn"], "offset": m["offset"]} for m in messages]
-            body = {
-                "consumerGroup": self.group,
-                "leaseId": answer.get("leaseId"),
-                "acknowledgments": [{"partition": PARTITION, "offset": m["offset"], "status": "completed"}
-                                    for m in messages],
-            }
-            type_, _ = await self.client.call(self.process, self.node, "ack",
-                                              {"queue": self.queue, "group": self.group,
-                                               "leaseId": answer.get("leaseId"), "items": items},
-                                              "POST", "/api/v1/ack/batch", body, normalize_ack)
-            if type_ == INFO:
+            if await self.ack(answer.get("leaseId"), messages) == INFO:
                 self._crash()
+
+    async def ack(self, lease_id: str | None, messages: list[dict]) -> str:
+        """Acks a popped batch as completed; returns the call's type."""
+        items = [{"txn": m["txn"], "offset": m["offset"]} for m in messages]
+        body = {
+            "consumerGroup": self.group,
+            "leaseId": lease_id,
+            "acknowledgments": [{"partition": PARTITION, "offset": m["offset"], "status": "completed"}
+                                for m in messages],
+        }
+        type_, _ = await self.client.call(self.process, self.node, "ack",
+                                          {"queue": self.queue, "group": self.group, "leaseId": lease_id,
+                                           "items": items},
+                                          "POST", "/api/v1/ack/batch", body, normalize_ack)
+        return type_
 
 
 class PushWorkload:

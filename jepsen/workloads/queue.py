@@ -9,6 +9,7 @@ from typing import Any
 
 from jepsen.checkers import check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient
+from jepsen.cluster import ORDERS_TENANT
 from jepsen.history import Operation, FaultWindow
 from jepsen.queue_checkers import check_pushes, check_queue_consumption
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
@@ -23,6 +24,7 @@ MAX_PUSH_RETRIES = 3
 
 
 class QueueWorkload(PushWorkload):
+    tenant = ORDERS_TENANT
     queue = QUEUE
     name = "queue"
     queues = [QUEUE]

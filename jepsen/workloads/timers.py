@@ -2,8 +2,10 @@
 
 Keys are `t<k>`; each schedule of key k mints txn `t<k>-<version>`, so every txn names exactly one
 schedule call and one key. Cancels go to the DELETE route without `?txn=`, so an acknowledged
-cancel names the txn it removed. Consumers pop and ack the destination queue throughout, which is
-how the checker sees *when* a fire became visible.
+cancel names the txn it removed. A share of schedules and cancels go through the transaction route
+instead, and the consumers ack some batches in a transaction that also cancels a timer
+(timer_transactions.py). Consumers pop and ack the destination queue throughout, which is how the
+checker sees *when* a fire became visible.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 
 from jepsen.checkers import check_replicas_agree, judged_on_partial_log
 from jepsen.client import HistoryClient, Outcome
+from jepsen.cluster import TENANT
 from jepsen.history import FAIL, OK, FaultWindow, Operation
 from jepsen.queue_checkers import check_queue_consumption
 from jepsen.timer_checkers import check_timers
 from jepsen.workloads import ConsumerSpec, FinalReads, PlannedOp, log_complete as _log_complete
 from jepsen.workloads.messages import CONSUMER_LEASE_TIME_S, configure_queue, read_back
+from jepsen.workloads.timer_transactions import TRANSACTION_PATH, AckCancelConsumer, normalized_at
 
 QUEUE = "jt"
 CONSUMER_GROUP = "timers-consumers"
@@ -31,6 +35,8 @@ KEY_COUNT = 12
 MAX_DELAY_MS = 3000
 # The mix of a timers run: schedules dominate so timers are pending most of the time.
 OP_WEIGHTS = {"schedule": 5, "cancel": 2, "peek": 3}
+# Share of the planned schedules and cancels sent through POST /api/v1/transaction.
+TRANSACTION_SHARE = 0.3
 # The final phase waits this long past the last instant a timer could be due, to cover the tick
 # period, one election and the commit of the fire.
 FINAL_MARGIN_MS = 5000
@@ -81,6 +87,7 @@ def normalize_peek(outcome: Outcome) -> tuple[str, dict]:
 
 class TimersWorkload:
     name = "timers"
+    tenant = TENANT
     queue = QUEUE
     # No dedup window on the destination: a timer that fired twice would otherwise append once
     # (the second fire is a dedup "duplicate") and the at-most-once check could not see it.
@@ -103,20 +110,27 @@ class TimersWorkload:
             k = rng.randrange(KEY_COUNT)
             kind = rng.choices(kinds, weights)[0]
             key = f"t{k}"
+            through_transaction = kind != "peek" and rng.random() < TRANSACTION_SHARE
             if kind == "schedule":
                 versions[k] += 1
-                ops.append(PlannedOp(at, "schedule", {
+                value = {
                     "key": key,
                     "txn": f"{key}-{versions[k]}",
                     "delayMs": rng.randint(0, MAX_DELAY_MS),
                     # schedule and reschedule are the same upsert; both words are sent.
                     "op": rng.choice(("schedule", "reschedule")),
-                }))
+                }
             else:
-                ops.append(PlannedOp(at, kind, {"key": key}))
+                value = {"key": key}
+            if through_transaction:
+                value["via"] = "txn"
+            ops.append(PlannedOp(at, kind, value))
 
     def consumers(self) -> list[ConsumerSpec]:
-        return [ConsumerSpec(self.queue, CONSUMER_GROUP, CONSUMERS)]
+        def consumer(*args, **kwargs) -> AckCancelConsumer:
+            return AckCancelConsumer(*args, timer_queue=self.queue, normalize_cancel=normalize_cancel,
+                                     key_count=KEY_COUNT, **kwargs)
+        return [ConsumerSpec(self.queue, CONSUMER_GROUP, CONSUMERS, consumer)]
 
     async def setup(self, client: HistoryClient, process: Any) -> list[str]:
         options = {"leaseTime": CONSUMER_LEASE_TIME_S, "dedupWindowSeconds": self.dedup_window_s}
@@ -129,10 +143,19 @@ class TimersWorkload:
         key = value["key"]
         if op.f == "schedule":
             payload = base64.b64encode(json.dumps({"txn": value["txn"]}).encode()).decode()
-            body = {"operations": [{"op": value["op"], "queue": self.queue, "timerKey": key,
-                                    "delayMs": value["delayMs"], "txn": value["txn"], "payload": payload}]}
-            type_, _ = await client.call(process, node, "schedule", value, "POST", "/api/v1/timers", body,
-                                         normalize_schedule)
+            timer_op = {"op": value["op"], "queue": self.queue, "timerKey": key,
+                        "delayMs": value["delayMs"], "txn": value["txn"], "payload": payload}
+            if value.get("via") == "txn":
+                type_, _ = await client.call(process, node, "schedule", value, "POST", TRANSACTION_PATH,
+                                             {"timers": [timer_op]}, normalized_at(normalize_schedule, 0))
+            else:
+                type_, _ = await client.call(process, node, "schedule", value, "POST", "/api/v1/timers",
+                                             {"operations": [timer_op]}, normalize_schedule)
+        elif op.f == "cancel" and value.get("via") == "txn":
+            # No txn in the cancel: a `cancelled` answer then names the txn it removed.
+            body = {"timers": [{"op": "cancel", "queue": self.queue, "timerKey": key}]}
+            type_, _ = await client.call(process, node, "cancel", value, "POST", TRANSACTION_PATH, body,
+                                         normalized_at(normalize_cancel, 0))
         elif op.f == "cancel":
             type_, _ = await client.call(process, node, "cancel", value, "DELETE",
                                          f"/api/v1/timers/{self.queue}/{key}", None, normalize_cancel)

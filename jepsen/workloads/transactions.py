@@ -25,6 +25,7 @@ from typing import Any
 
 from jepsen.checkers import judged_on_partial_log
 from jepsen.client import HistoryClient, Outcome
+from jepsen.cluster import ORDERS_TENANT
 from jepsen.history import FAIL, INFO, OK, FaultWindow, Operation
 from jepsen.transaction_checkers import (FIRE, HOLD, LOG_A, LOG_B, LOG_FIRES, PARTITION_A, PARTITION_B, READ_F,
                                          RELEASE, TXN_F, check_transactions, fired_txn, op_key, push_txn)
@@ -112,6 +113,7 @@ def transaction_body(value: dict) -> dict:
 
 
 class TransactionsWorkload:
+    tenant = ORDERS_TENANT
     name = "txn"
     queues = [QUEUE, FIRE_QUEUE]
 

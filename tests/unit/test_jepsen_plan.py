@@ -14,9 +14,9 @@ from jepsen import nemesis as nemesis_module
 from jepsen.generator import make_plan
 from jepsen.history import INFO, INVOKE, OK, Event, HistoryWriter, fault_windows, pair_operations
 from jepsen.nemesis import FAULT_DURATION_S, NEMESES, SNAPSHOT_FAULTS, Nemesis, PlannedFault, plan_faults
-from jepsen.run import CAMPAIGN, RunOptions, command_line
+from jepsen.run import CAMPAIGN, CAMPAIGN_BUDGET_S, CAMPAIGN_PRELOAD, RunOptions, campaign_estimate_s, command_line
 from jepsen.snapshots import WriterWait
-from jepsen.workloads import make_workload
+from jepsen.workloads import make_workload, run_workloads
 
 
 def test_same_seed_same_plan_and_nemesis_does_not_change_client_ops():
@@ -174,11 +174,19 @@ def test_a_snapshot_fault_still_waiting_when_the_run_ends_is_not_injected(monkey
     assert waited == [True] and cluster.actions == [] and history.events == []
 
 
-def test_the_campaign_runs_both_snapshot_nemeses_twice_over_a_million_timers():
+def test_the_campaign_runs_both_snapshot_nemeses_and_a_mixed_run_over_a_million_timers():
     snapshot_runs = [(w, n, seed, pre) for w, n, seed, pre in CAMPAIGN if n in SNAPSHOT_FAULTS]
     assert sorted((n, seed) for _, n, seed, _ in snapshot_runs) == [
-        ("kill-all-during-snapshot", 1), ("kill-all-during-snapshot", 2),
-        ("stop-all-during-snapshot", 1), ("stop-all-during-snapshot", 2)]
+        ("kill-all-during-snapshot", 1), ("stop-all-during-snapshot", 1)]
     assert all(w == "timers" and pre >= 1_000_000 for w, _, _, pre in snapshot_runs)
-    assert all(pre >= 1_000_000 for w, n, _, pre in CAMPAIGN if (w, n) == ("timers", "mixed"))
+    assert ("timers", "mixed", 1, CAMPAIGN_PRELOAD) in CAMPAIGN and CAMPAIGN_PRELOAD >= 1_000_000
     assert command_line(RunOptions(preload=20000)).endswith("--preload 20000")
+
+
+def test_the_campaign_puts_queue_and_txn_under_every_nemesis_and_fits_its_budget_with_the_power_runs():
+    nemeses = {n for w, n, _, _ in CAMPAIGN}
+    for workload in ("queue", "txn"):
+        assert {n for w, n, _, _ in CAMPAIGN if workload in run_workloads(w)} == nemeses
+    power = [(w, "power", seed, 0) for w in ("timers", "queue", "txn") for seed in (1, 2)]
+    runs = list(CAMPAIGN) + [run for run in power if run not in CAMPAIGN]
+    assert campaign_estimate_s(runs) <= CAMPAIGN_BUDGET_S
