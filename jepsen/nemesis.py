@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jepsen.cluster import Cluster
+from jepsen.cluster import TENANT, Cluster
 from jepsen.history import NEMESIS_PROCESS, HistoryWriter
 from jepsen.network import bridge, grudge_links, isolate, majorities_ring, one_way
-from jepsen.snapshots import WriterWait, outliving, wait_for_writers
+from jepsen.snapshots import WriterWait, live_writers_of, outliving, wait_for_writers
 
 KILL_FAULTS = ("kill-one", "kill-leader", "kill-all", "kill-follower-then-leader")
 PAUSE_FAULTS = ("pause-leader",)
@@ -154,7 +154,8 @@ class Nemesis:
         """Blocks until SNAPSHOT_WRITER_NODES running nodes have a snapshot writer, or SNAPSHOT_WAIT_S."""
         pids = {node: self.cluster.nodes[node].pid for node in self.cluster.node_ids
                 if self.cluster.nodes[node].alive() and not self.cluster.nodes[node].paused}
-        return wait_for_writers(pids, SNAPSHOT_WRITER_NODES, SNAPSHOT_WAIT_S, stop=stopped)
+        return wait_for_writers(pids, SNAPSHOT_WRITER_NODES, SNAPSHOT_WAIT_S, stop=stopped,
+                                children=live_writers_of(TENANT))
 
     async def record(self, fault: str, phase: str, action) -> dict:
         invocation = self.history.invoke(NEMESIS_PROCESS, fault, {"fault": fault, "phase": phase})

@@ -11,16 +11,26 @@ thread that forked it (`/proc/<pid>/task/<tid>/children`), so every thread's lis
 those files do not exist (a kernel without CONFIG_PROC_CHILDREN), every `/proc/<pid>/stat` is
 scanned for the parent PID instead. A zombie (exited, not reaped yet) has finished writing: it does
 not count.
+
+A node runs one group per tenant, and each group forks its own writer. The runs hold a large
+timer tenant beside a small one whose state is written in milliseconds, so a fault meant for the
+large snapshot must not act on the small one's writer: `writes_snapshot_of` tells a writer's
+tenant by the snapshot file it has open (`<data_dir>/<node>/<tenant>/raft.snapshot.writing.*`,
+named in /proc/<child>/fd). The child inherits its parent's descriptors (the journals of every
+tenant), so only the snapshot file it opened itself names the tenant.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
+# The name the node's snapshot writer gives the file it writes (queen_raft/raft/snapshot_writer.py).
+WRITING_PREFIX = "raft.snapshot.writing."
 # How often the writers are looked for while waiting. One look reads every thread's list of every
 # node (about a millisecond in all), so a tighter poll would take a good part of a core from the
 # nodes; a state large enough for the race is written for seconds, not milliseconds.
@@ -86,6 +96,27 @@ def live_children(pid: int, proc: Path = PROC) -> list[int]:
     if children is None:
         children = _children_from_stat_scan(proc, pid)
     return sorted(child for child in children if is_live(child, proc))
+
+
+def writes_snapshot_of(pid: int, tenant: str, proc: Path = PROC) -> bool:
+    """True while the process has a snapshot of `tenant` open for writing."""
+    try:
+        descriptors = list((proc / str(pid) / "fd").iterdir())
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return False
+    for descriptor in descriptors:
+        try:
+            target = Path(os.readlink(descriptor))
+        except OSError:
+            continue  # closed meanwhile
+        if target.name.startswith(WRITING_PREFIX) and target.parent.name == tenant:
+            return True
+    return False
+
+
+def live_writers_of(tenant: str, proc: Path = PROC) -> Callable[[int], list[int]]:
+    """`children` for wait_for_writers: a node's live children that write the tenant's snapshot."""
+    return lambda pid: [child for child in live_children(pid, proc) if writes_snapshot_of(child, tenant, proc)]
 
 
 @dataclass

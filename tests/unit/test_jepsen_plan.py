@@ -108,7 +108,7 @@ class _FakeCluster:
 def _run_one_fault(monkeypatch, tmp_path, fault: str, wait: WriterWait) -> tuple[_FakeCluster, list]:
     asked = []
 
-    def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False):
+    def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False, children=None):
         asked.append((dict(pids), min_nodes))
         return wait
 
@@ -159,7 +159,7 @@ def test_a_snapshot_fault_still_waiting_when_the_run_ends_is_not_injected(monkey
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
 
-        def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False):
+        def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False, children=None):
             waited.append(True)
             loop.call_soon_threadsafe(stop_event.set)  # the clients finish while it waits
             time.sleep(0.05)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jepsen.snapshots import WriterWait, is_live, live_children, outliving, snapshot_fault_notes, wait_for_writers
+from jepsen.snapshots import (WriterWait, is_live, live_children, live_writers_of, outliving, snapshot_fault_notes,
+                              wait_for_writers, writes_snapshot_of)
 from jepsen.history import INFO, INVOKE, NEMESIS_PROCESS, Event
 
 DEADLINE_S = 20.0
@@ -161,3 +162,24 @@ def test_stop_all_signals_every_node_at_once_and_escalates_a_node_that_stays(mon
                      "n3": "killed after the grace period", "n4": "not running"}
     assert time.monotonic() - started < 1.9  # one grace period for all: one each would be 2 s
     assert all(node.process is None or node.process.poll() is not None for node in cluster.nodes.values())
+
+
+def _open_files(proc: Path, pid: int, *targets: str) -> None:
+    fd = proc / str(pid) / "fd"
+    fd.mkdir(parents=True, exist_ok=True)
+    for number, target in enumerate(targets, start=3):
+        (fd / str(number)).symlink_to(target)  # dangling is fine: only the link's text is read
+
+
+def test_a_writer_is_told_by_the_tenant_of_the_snapshot_it_writes(tmp_path):
+    _fake_process(tmp_path, 10, 1, tasks={10: [20, 21, 22]})
+    journals = ("/d/n1/jepsen/raft.journal", "/d/n1/jepsen-orders/raft.journal")  # inherited from the node
+    _fake_process(tmp_path, 20, 10)
+    _open_files(tmp_path, 20, *journals, "/d/n1/jepsen/raft.snapshot.writing.10.a1b2c3d4")
+    _fake_process(tmp_path, 21, 10)
+    _open_files(tmp_path, 21, *journals, "/d/n1/jepsen-orders/raft.snapshot.writing.10.e5f6a7b8")
+    _fake_process(tmp_path, 22, 10)  # forked, not yet writing: only the inherited journals
+    _open_files(tmp_path, 22, *journals)
+    assert live_writers_of("jepsen", tmp_path)(10) == [20]
+    assert live_writers_of("jepsen-orders", tmp_path)(10) == [21]
+    assert not writes_snapshot_of(22, "jepsen", tmp_path) and not writes_snapshot_of(99, "jepsen", tmp_path)
