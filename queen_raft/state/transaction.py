@@ -45,7 +45,7 @@ def resolve_acks(broker: Broker, acks: list[tuple[int, dict]], now: int) -> list
         target = broker.resolve_ack(group, operation.get("leaseId"), operation, now)
         if target is None:
             # A retried transaction must not apply its other parts twice (broker.py).
-            settlement = broker.remembered_settlement(group, operation.get("leaseId"), operation)
+            settlement = broker.remembered_settlement(group, operation.get("leaseId"), operation, now)
             if settlement is not None:
                 raise Refusal("rejected_ack", f"already settled as {settlement[1]} under this lease", index)
         require(target is not None and (target[0].lease_id, target[1]) not in claimed,
