@@ -58,7 +58,7 @@ from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
 from .timers import TimerTable, peek_timer
-from .transaction import resolve_acks, split_operations
+from .transaction import check_required_leases, required_leases, resolve_acks, split_operations
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
 
@@ -273,6 +273,7 @@ class TenantState:
                 "producerSub must be a string")
         policy = parse_policy(command.get("policy"), "bad_request")
         pushes, push_indexes, acks = split_operations(operations)
+        required = required_leases(command)
         kv_base = len(operations)
         for index, op in enumerate(kv_ops):
             validate_kv_op(op, kv_base + index)
@@ -286,6 +287,7 @@ class TenantState:
         except Refusal as refusal:
             refusal.index = push_indexes[refusal.index]
             raise
+        check_required_leases(self.broker, required, now)
         resolved = resolve_acks(self.broker, acks, now)
         overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
         check_required_pending(self.timers, timer_ops, timer_base)
