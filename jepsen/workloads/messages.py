@@ -151,6 +151,10 @@ class Consumer:
     """A logical process that pops and acks one queue for one consumer group until stopped.
 
     After an `info` it becomes a new process (Jepsen's rule: the old one may still be in flight).
+    An ack that ended `info` is sent once more, the same call from the new process on the next
+    node, as a client that lost the answer would: it answers as the first did when the first was
+    applied (or `invalid_lease` when the lease expired meanwhile), and the checkers hold either way
+    (an ack answered `success` completed its messages by then, whichever attempt applied).
     """
 
     def __init__(self, client: HistoryClient, queue: str, group: str, first_process: int, process_stride: int,
@@ -192,11 +196,12 @@ class Consumer:
                 "acknowledgments": [{"partition": PARTITION, "offset": m["offset"], "status": "completed"}
                                     for m in messages],
             }
-            type_, _ = await self.client.call(self.process, self.node, "ack",
-                                              {"queue": self.queue, "group": self.group,
-                                               "leaseId": answer.get("leaseId"), "items": items},
-                                              "POST", "/api/v1/ack/batch", body, normalize_ack)
-            if type_ == INFO:
+            first = {"queue": self.queue, "group": self.group, "leaseId": answer.get("leaseId"), "items": items}
+            for value in (first, {**first, "retry": True}):
+                type_, _ = await self.client.call(self.process, self.node, "ack", value,
+                                                  "POST", "/api/v1/ack/batch", body, normalize_ack)
+                if type_ != INFO:
+                    break
                 self._crash()
 
 
