@@ -13,8 +13,9 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 - `push` items are validated for shape first (one malformed item refuses the command); after that
   each item stands alone (`queued`, `duplicate` or `error`).
 - A transaction maps its refusals to the reasons of docs/commands.md: an ack that does not resolve
-  is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack that
-  released its lease: see broker.py); a push that is a duplicate (of the window or of an
+  is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack its
+  lease already settled: see broker.py), and so is one whose `requiredLeases` holds a lease not
+  alive (transaction.py); a push that is a duplicate (of the window or of an
   earlier push of the same transaction) `duplicate`; a push over the queue's payload limit or
   over its maxSize `too_large` (the `error` text names which); a malformed part `bad_request`.
   Its timers fire in the same entry when already due, after its pushes, acks and kv ops.
