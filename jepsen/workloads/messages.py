@@ -151,6 +151,10 @@ class Consumer:
     """A logical process that pops and acks one queue for one consumer group until stopped.
 
     After an `info` it becomes a new process (Jepsen's rule: the old one may still be in flight).
+    An ack that ended `info` is sent once more, the same call from the new process on the next
+    node, as a client that lost the answer would: it answers as the first did when the first was
+    applied (or `invalid_lease` when the lease expired meanwhile), and the checkers hold either way
+    (an ack answered `success` completed its messages by then, whichever attempt applied).
     """
 
     def __init__(self, client: HistoryClient, queue: str, group: str, first_process: int, process_stride: int,
@@ -187,9 +191,17 @@ class Consumer:
                 continue
             if await self.ack(answer.get("leaseId"), messages) == INFO:
                 self._crash()
+                # The same ack once more, from the new process on the next node: a server that
+                # applied the first answers it again (a retried ack), one that did not applies it.
+                if await self.ack_batch(answer.get("leaseId"), messages, retry=True) == INFO:
+                    self._crash()
 
     async def ack(self, lease_id: str | None, messages: list[dict]) -> str:
         """Acks a popped batch as completed; returns the call's type."""
+        return await self.ack_batch(lease_id, messages)
+
+    async def ack_batch(self, lease_id: str | None, messages: list[dict], retry: bool = False) -> str:
+        """POST /api/v1/ack/batch for a popped batch, all completed; `retry` marks a second try."""
         items = [{"txn": m["txn"], "offset": m["offset"]} for m in messages]
         body = {
             "consumerGroup": self.group,
@@ -197,9 +209,8 @@ class Consumer:
             "acknowledgments": [{"partition": PARTITION, "offset": m["offset"], "status": "completed"}
                                 for m in messages],
         }
-        type_, _ = await self.client.call(self.process, self.node, "ack",
-                                          {"queue": self.queue, "group": self.group, "leaseId": lease_id,
-                                           "items": items},
+        value = {"queue": self.queue, "group": self.group, "leaseId": lease_id, "items": items}
+        type_, _ = await self.client.call(self.process, self.node, "ack", {**value, "retry": True} if retry else value,
                                           "POST", "/api/v1/ack/batch", body, normalize_ack)
         return type_
 

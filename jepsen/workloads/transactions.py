@@ -6,7 +6,8 @@ it writes and how each effect is read back). Before sending it, the client reads
 one version *less* than the read saw (versions only grow, so that check can never pass: those must
 be refused with `kv_precondition`), and concurrent transactions on one counter refuse each other
 the same way, so refusals happen under faults too. A transaction whose answer was `info` is sent
-again, byte for byte: an attempt that did apply makes the retry a `duplicate` refusal.
+again, byte for byte: an attempt that did apply makes the retry a `duplicate` refusal. Every other
+transaction sends its two pushes as one push of `items` (the shape of Queen 2.x clients).
 
 Timer ops: `fire` (due within MAX_FIRE_DELAY_MS, read back from the destination log), `hold` (due
 in HOLD_DELAY_MS, read back as pending), `release` (cancels the timer of the oldest acknowledged
@@ -90,6 +91,12 @@ def normalize_transaction(outcome: Outcome) -> tuple[str, dict]:
     }
 
 
+def sends_items_shape(txn: str) -> bool:
+    """Odd-numbered transactions push as Queen 2.x clients do, one push op holding both messages:
+    the answer (a result per message, in order) and what the checker reads are the same."""
+    return int(txn.lstrip("x")) % 2 == 1
+
+
 def transaction_body(value: dict) -> dict:
     txn, counter, expected = value["txn"], value["counter"], value["expectedVersion"] or 0
     timer = value["timer"]
@@ -101,10 +108,11 @@ def transaction_body(value: dict) -> dict:
         payload = base64.b64encode(json.dumps({"txn": txn}).encode()).decode()
         timer_op = {"op": "schedule", "queue": FIRE_QUEUE, "timerKey": txn, "delayMs": timer["delayMs"],
                     "txn": fired_txn(txn), "payload": payload}
+    pushes = [{"queue": QUEUE, "partition": partition, "transactionId": push_txn(txn, partition),
+               "payload": {"txn": txn}} for partition in (PARTITION_A, PARTITION_B)]
     return {
-        "operations": [{"type": "push", "queue": QUEUE, "partition": partition,
-                        "transactionId": push_txn(txn, partition), "payload": {"txn": txn}}
-                       for partition in (PARTITION_A, PARTITION_B)],
+        "operations": ([{"type": "push", "items": pushes}] if sends_items_shape(txn)
+                       else [{"type": "push", **push} for push in pushes]),
         "kv": [{"op": "check", "ns": KV_NAMESPACE, "key": counter, "expectedVersion": value["expectedVersion"]},
                {"op": "put", "ns": KV_NAMESPACE, "key": counter, "value": {"n": expected + 1, "txn": txn}},
                {"op": "put", "ns": KV_NAMESPACE, "key": op_key(txn), "value": {"counter": counter, "prev": expected}}],

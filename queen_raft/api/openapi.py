@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, snapshot_route, timers
+from queen_raft.api import dashboard, dlq, harness_hooks, kv, messages, overview, snapshot_route, timers, transaction
 from queen_raft.api.health import PROBLEMS as HEALTH_PROBLEMS
 from queen_raft.api.openapi_names import add_operation_ids, add_types
 from queen_raft.api.openapi_schemas import (
@@ -217,6 +217,9 @@ def _paths() -> dict:
             body=obj({
                 "operations": array(ref("TransactionOperation")), "kv": array(ref("KvOp")),
                 "timers": array(ref("TimerOp")),
+                "requiredLeases": {**array(NON_EMPTY, 0, transaction.MAX_TRANSACTION_ITEMS),
+                                   "description": "leaseIds that must be alive (held, not expired), "
+                                                  "else the transaction is rolled back: rejected_ack"},
             }),
             errors=(UNAUTHORIZED, FORBIDDEN, ("400", "bad_request (with success: false, reason, index)"),
                     ("413", "too_large: over the Raft entry bound or the HTTP ceiling; answer_too_large: its kv results "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from queen_raft.api import kv, messages
+from queen_raft.api.transaction import MAX_TRANSACTION_ITEMS
 from queen_raft.api.errors import UNAVAILABLE_REASONS
 from queen_raft.api.requests import JSON_SAFE_INT
 from queen_raft.state.limits import MAX_JSON_DEPTH, MAX_KV_VALUE_BYTES, MAX_NAME_BYTES
@@ -197,3 +198,6 @@ SCHEMAS: dict[str, dict] = {
 # refuse it, so the transaction's variant lists the fields itself.
 SCHEMAS["TransactionOperation"]["oneOf"][0] = obj(
     {"type": {"const": "push"}, **SCHEMAS["PushItem"]["properties"]}, ("type", "queue"))
+# The push of several messages Queen 2.x clients send: each item takes its own place in the results.
+SCHEMAS["TransactionOperation"]["oneOf"].append(obj(
+    {"type": {"const": "push"}, "items": array(ref("PushItem"), 1, MAX_TRANSACTION_ITEMS)}, ("type", "items")))

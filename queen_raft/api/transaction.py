@@ -13,6 +13,14 @@ The answers (docs/api.md):
   bound, 503 `timers_disabled` with reason `paused` when it schedules a timer while an operator paused
   scheduling (every 503's reason is one of errors.UNAVAILABLE_REASONS).
 
+A push operation is one message (`{"type": "push", "queue", "payload", ...}`) or, as Queen 2.x
+clients send it, several (`{"type": "push", "items": [{"queue", "partition"?, "payload",
+"transactionId"?}, ...]}`): each item takes its own place in the index space, in order, and counts
+against the cap on a transaction's items. `requiredLeases: [leaseId, ...]` makes the transaction
+commit only while each of those leases is alive (held and not expired at the entry's group now);
+else it is rolled back with reason `rejected_ack`. Naming leases reads consumption state, so it
+needs read-write, like an ack.
+
 The standalone timer route's horizon, payload ceiling and op cap do not apply to `timers` here
 (docs/spec.md section 3); the entry size bound does. The pause does: it is the operator's switch for
 scheduling, and a transaction that only cancels passes it, like DELETE.
@@ -38,7 +46,7 @@ BAD_REQUEST = "bad_request"
 TOO_LARGE = "too_large"
 ANSWER_TOO_LARGE = kv_routes.ANSWER_TOO_LARGE
 UNAVAILABLE = "unavailable"
-TOP_LEVEL_FIELDS = frozenset({"operations", "kv", "timers"})
+TOP_LEVEL_FIELDS = frozenset({"operations", "kv", "timers", "requiredLeases"})
 OPERATION_TYPES = ("push", "ack")
 # Fields of an ack operation beyond those of an /ack acknowledgment: each ack names its lease.
 ACK_OPERATION_FIELDS = frozenset({"type", "consumerGroup", "leaseId"})
@@ -60,8 +68,52 @@ def _list_field(body: dict, name: str) -> list:
     return value
 
 
-def parse_operation(raw: Any, index: int) -> dict:
-    where = f"operations[{index}]"
+def flatten_operations(raw_operations: list) -> list[tuple[Any, str, bool]]:
+    """Each operation with the field that names it and whether it is an item of a push's `items`:
+    a push of several items becomes one push per item, in order (`operations[i].items[j]`). The
+    items themselves are checked in the next step."""
+    flat: list[tuple[Any, str, bool]] = []
+    for i, raw in enumerate(raw_operations):
+        where = f"operations[{i}]"
+        if not (isinstance(raw, dict) and raw.get("type") == "push" and "items" in raw):
+            flat.append((raw, where, False))
+            continue
+        extra = sorted(raw.keys() - {"type", "items"})
+        if extra:
+            raise refused(400, BAD_REQUEST, f"{where}: a push with items takes no other field: "
+                          f"{', '.join(extra)} (each item names its own queue, partition, payload)", len(flat))
+        items = raw["items"]
+        if not isinstance(items, list) or not items:
+            raise refused(400, BAD_REQUEST, f"{where}.items must be a non-empty array", len(flat))
+        flat.extend((item, f"{where}.items[{j}]", True) for j, item in enumerate(items))
+    return flat
+
+
+def parse_required_leases(body: dict) -> list[str]:
+    """`requiredLeases`: lease ids, each a non-empty string, at most MAX_TRANSACTION_ITEMS."""
+    leases = _list_field(body, "requiredLeases")
+    if len(leases) > MAX_TRANSACTION_ITEMS:
+        raise refused(400, BAD_REQUEST,
+                      f"requiredLeases: {len(leases)} is over the cap of {MAX_TRANSACTION_ITEMS} per transaction")
+    for i, lease_id in enumerate(leases):
+        if not isinstance(lease_id, str) or lease_id == "":
+            raise refused(400, BAD_REQUEST, f"requiredLeases[{i}] must be a non-empty string (a leaseId)")
+        try:
+            messages.check_name(lease_id, "leaseId", f"requiredLeases[{i}]")
+        except ApiError as error:
+            raise refused(400, BAD_REQUEST, error.message) from None
+    return leases
+
+
+def parse_operation(raw: Any, index: int, where: str | None = None, push_item: bool = False) -> dict:
+    """One operation at `index` of the one index space; `where` names its field in the body. An
+    item of a push's `items` is a push by where it stands: it carries no `type` of its own."""
+    where = where or f"operations[{index}]"
+    if push_item:
+        try:
+            return {"type": "push", **messages.parse_push_item(raw, where)}
+        except ApiError as error:
+            raise refused(400, BAD_REQUEST, error.message, index) from None
     if not isinstance(raw, dict):
         raise refused(400, BAD_REQUEST, f"{where} must be an object", index)
     kind = raw.get("type")
@@ -83,21 +135,23 @@ def parse_operation(raw: Any, index: int) -> dict:
         raise refused(400, BAD_REQUEST, error.message, index) from None
 
 
-def parse_transaction(body: Any) -> tuple[list[dict], list[dict], list[dict]]:
-    """(operations, kv, timers) as the state's command takes them, or a 400 naming the item by its
-    place in the one index space."""
+def parse_transaction(body: Any) -> tuple[list[dict], list[dict], list[dict], list[str]]:
+    """(operations, kv, timers, requiredLeases) as the state's command takes them, or a 400 naming
+    the item by its place in the one index space."""
     if not isinstance(body, dict):
-        raise refused(400, BAD_REQUEST, 'the body must be {"operations"?, "kv"?, "timers"?}')
+        raise refused(400, BAD_REQUEST, 'the body must be {"operations"?, "kv"?, "timers"?, "requiredLeases"?}')
     extra = sorted(body.keys() - TOP_LEVEL_FIELDS)
     if extra:
         raise refused(400, BAD_REQUEST, f"unknown top-level field(s): {', '.join(extra)}")
     raw_operations, raw_kv, raw_timers = (_list_field(body, name) for name in ("operations", "kv", "timers"))
-    total = len(raw_operations) + len(raw_kv) + len(raw_timers)
+    flat_operations = flatten_operations(raw_operations)
+    total = len(flat_operations) + len(raw_kv) + len(raw_timers)
     if total == 0:
         raise refused(400, BAD_REQUEST, "the transaction is empty")
     if total > MAX_TRANSACTION_ITEMS:
         raise refused(400, BAD_REQUEST, f"{total} items is over the cap of {MAX_TRANSACTION_ITEMS} per transaction")
-    operations = [parse_operation(raw, i) for i, raw in enumerate(raw_operations)]
+    required_leases = parse_required_leases(body)
+    operations = [parse_operation(raw, i, where, push_item) for i, (raw, where, push_item) in enumerate(flat_operations)]
     kv_base = len(operations)
     kv_ops = []
     for i, raw in enumerate(raw_kv):
@@ -119,13 +173,15 @@ def parse_transaction(body: Any) -> tuple[list[dict], list[dict], list[dict]]:
                           timer_base + i)
         seen.add(identity)
         timer_ops.append(op)
-    return operations, kv_ops, timer_ops
+    return operations, kv_ops, timer_ops, required_leases
 
 
-def needed_access(operations: list[dict], kv_ops: list[dict], timer_ops: list[dict]) -> Access:
-    """The level the whole transaction needs: an ack, a cancel or a KV op reads and changes state
-    (read-write); pushes and schedules alone are produces (write-only may)."""
-    if any(op["type"] == "ack" for op in operations) or kv_ops or any(op["op"] == "cancel" for op in timer_ops):
+def needed_access(operations: list[dict], kv_ops: list[dict], timer_ops: list[dict],
+                  required_leases: list[str]) -> Access:
+    """The level the whole transaction needs: an ack, a cancel, a KV op or a required lease reads
+    state (read-write); pushes and schedules alone are produces (write-only may)."""
+    if (any(op["type"] == "ack" for op in operations) or kv_ops or required_leases
+            or any(op["op"] == "cancel" for op in timer_ops)):
         return Access.CONSUME
     return Access.PRODUCE
 
@@ -164,13 +220,13 @@ async def _transaction_body(request: web.Request) -> Any:
 async def post_transaction(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)  # 401 before the body is read
-    operations, kv_ops, timer_ops = parse_transaction(await _transaction_body(request))
-    require(serving.config, request, needed_access(operations, kv_ops, timer_ops))
-    return await _commit(serving, principal, operations, kv_ops, timer_ops)
+    operations, kv_ops, timer_ops, required_leases = parse_transaction(await _transaction_body(request))
+    require(serving.config, request, needed_access(operations, kv_ops, timer_ops, required_leases))
+    return await _commit(serving, principal, operations, kv_ops, timer_ops, required_leases)
 
 
 async def _commit(serving: ServingNode, principal: Principal, operations: list[dict], kv_ops: list[dict],
-                  timer_ops: list[dict]) -> web.Response:
+                  timer_ops: list[dict], required_leases: list[str]) -> web.Response:
     tenant = principal.tenant
     group = serving.groups[tenant]
     schedules = any(op["op"] != "cancel" for op in timer_ops)
@@ -185,6 +241,8 @@ async def _commit(serving: ServingNode, principal: Principal, operations: list[d
         "policy": serving.settings.fire_policy(), "operations": operations, "kv": kv_ops, "timers": timer_ops,
         "maxAnswerBytes": MAX_ANSWER_BYTES, CHECK_PAYLOAD_BOUND: True,
     }
+    if required_leases:  # absent otherwise: the entry is the one written before the field existed
+        command["requiredLeases"] = required_leases
     try:
         result = await propose(serving, tenant, command, UNAVAILABLE)
     except ApiError as error:

@@ -47,15 +47,26 @@ def with_minted_ids(body: dict) -> dict:
     minted = dict(body)
     operations = body.get("operations")
     if isinstance(operations, list):
-        minted["operations"] = [dict(op, transactionId=mint_txn())
-                                if isinstance(op, dict) and op.get("type") == "push" and "transactionId" not in op
-                                else op for op in operations]
+        minted["operations"] = [_push_with_minted_ids(op) if isinstance(op, dict) and op.get("type") == "push" else op
+                                for op in operations]
     timers = body.get("timers")
     if isinstance(timers, list):
         minted["timers"] = [dict(op, txn=mint_txn())
                             if isinstance(op, dict) and op.get("op") == "schedule" and "txn" not in op
                             else op for op in timers]
     return minted
+
+
+def _push_with_minted_ids(push: dict) -> dict:
+    """A one-message push with its transactionId; a push of several `items` (the Queen 2.x shape)
+    with one on each item, none on the push itself (the server refuses a field beside `items`)."""
+    if "items" not in push:
+        return push if "transactionId" in push else dict(push, transactionId=mint_txn())
+    items = push["items"]
+    if not isinstance(items, list):
+        return push
+    return dict(push, items=[dict(item, transactionId=mint_txn())
+                             if isinstance(item, dict) and "transactionId" not in item else item for item in items])
 
 
 def is_idempotent(body: dict) -> bool:

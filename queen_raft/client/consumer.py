@@ -66,8 +66,9 @@ class Message:
     async def settle(self, status: str, error: str | None = None) -> AckResult:
         """One acknowledgment; its verdict (success, dlq), or AckRefused.
 
-        Safe to retry: the server remembers the settlements of its recently released leases, so a
-        retry whose first try was applied answers that try's verdict."""
+        Safe to retry: the server remembers what a lease settled, while it is held and for a while
+        after its acks released it, so a retry whose first try was applied answers that try's
+        verdict (`retried` true)."""
         transport = self._require_transport()
         body: dict[str, Any] = {"leaseId": self.lease_id, "acknowledgments": [self.ack_item(status, error)]}
         if self.consumer_group is not None:

@@ -30,6 +30,7 @@ class Transaction:
         self.operations: list[dict] = []
         self.kv_ops: list[dict] = []
         self.timer_ops: list[dict] = []
+        self.required_leases: list[str] = []
         self._idempotent = True
         self.group_clock = transport.group_clock
 
@@ -43,6 +44,15 @@ class Transaction:
         if group is not None:
             op["consumerGroup"] = group
         self.operations.append(op)
+        return self
+
+    def require_lease(self, message: Message | str) -> "Transaction":
+        """The transaction commits only while this lease (a popped message's, or a leaseId) is still
+        held and not expired; else it is refused `rejected_ack` and changes nothing."""
+        lease_id = message if isinstance(message, str) else message.lease_id
+        if lease_id is None:
+            raise ValueError("this message holds no lease (popped with auto_ack): there is nothing to require")
+        self.required_leases.append(lease_id)
         return self
 
     def push(self, queue: str, payload: Any, *, partition: str | None = None, txn: str | None = None,
@@ -71,6 +81,8 @@ class Transaction:
             body["kv"] = list(self.kv_ops)
         if self.timer_ops:
             body["timers"] = list(self.timer_ops)
+        if self.required_leases:
+            body["requiredLeases"] = list(self.required_leases)
         return body
 
     def _typed(self, wire: list[dict[str, Any]]) -> list[TransactionItemResult]:

@@ -11,16 +11,17 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
   for another queue or partition, or does not cover the message (never delivered under it, or
   already acked under it). Once every message of a lease is acked, whatever the status, the lease
   is released.
-- A retried ack is idempotent once its lease was released by acks (released.py): the broker
-  remembers, per message, what each released lease settled it as (status and `dlq`), for the last
-  MAX_REMEMBERED_SETTLEMENTS messages of the tenant. An item naming a remembered lease (same
+- A retried ack is idempotent (released.py): a live lease keeps, per message, what it settled it
+  as (status and `dlq`), and the broker remembers that of each lease released by its acks, for the
+  last MAX_REMEMBERED_SETTLEMENTS messages of the tenant and at most ACK_RETRY_MEMORY_SECONDS
+  after the release. An item naming a message its live or remembered lease settled (same
   group, queue and partition, its message by offset or transactionId) answers `success: true`
   with the first answer's `dlq` when its status is the one it was settled as, and changes nothing
   (no cursor, retry count, DLQ row, counter or billing moves: acks are not billed, and a retry
   is not a new ack); with another status it is refused `invalid_lease` with `message: "already
   settled as <status>"`. Leases that expired are not remembered (still `invalid_lease`), and the
   memory only answers: a message redelivered under a new lease is settled by that lease alone.
-  On a lease still live, a second ack of a message it already settled stays `invalid_lease`.
+  A second item of one request naming a message the first settled is such a repeat too.
 - Inside a transaction an ack of a remembered lease is refused (`rejected_ack`, "already settled
   as <status> under this lease"), even with the same status: the transaction is all or nothing,
   and passing the ack would apply its kv and timer ops a second time when the whole transaction
@@ -266,10 +267,15 @@ class Broker:
                 return lease, pending
         return None
 
-    def remembered_settlement(self, group_name: str, lease_id: str | None,
-                              item: dict) -> Settlement | None:
-        """What a released lease settled the item's message as, or None when it is not known."""
-        released = self.released.get(lease_id)
+    def remembered_settlement(self, group_name: str, lease_id: str | None, item: dict,
+                              now: int) -> Settlement | None:
+        """What the lease settled the item's message as (the lease live, or released and still
+        remembered at `now`), or None when it is not known."""
+        released = None if lease_id is None else self.leases.get(lease_id)
+        if released is None:
+            released = self.released.find(lease_id, now)
+        elif released.expires_at <= now:
+            return None  # expired: what it settled is not remembered
         if released is None or released.group != group_name:
             return None
         if item.get("partition", DEFAULT_PARTITION) != released.partition:
@@ -304,7 +310,7 @@ class Broker:
         if not lease.pending:
             group.lease = None
             del self.leases[lease.lease_id]
-            self.released.remember(lease)
+            self.released.remember(lease, now)
         return filed
 
     def ack(self, group_name: str, lease_id: str | None, items: list[dict], now: int) -> dict:
@@ -312,17 +318,18 @@ class Broker:
         for index, item in enumerate(items):
             resolved = self.resolve_ack(group_name, lease_id, item, now)
             if resolved is None:
-                results.append(self._answer_retry(group_name, lease_id, item, index))
+                results.append(self._answer_retry(group_name, lease_id, item, index, now))
                 continue
             lease, offset = resolved
             filed = self.settle(lease, offset, item["status"], item.get("error"), now)
             results.append({"index": index, "success": True, "dlq": filed})
         return results
 
-    def _answer_retry(self, group_name: str, lease_id: str | None, item: dict, index: int) -> dict:
-        """The answer to an item no live lease covers: its first answer again when it repeats an
-        ack that released the lease, else `invalid_lease`. Reads only."""
-        settlement = self.remembered_settlement(group_name, lease_id, item)
+    def _answer_retry(self, group_name: str, lease_id: str | None, item: dict, index: int,
+                      now: int) -> dict:
+        """The answer to an item its lease does not hold pending: its first answer again when it
+        repeats an ack the lease settled (live or remembered), else `invalid_lease`. Reads only."""
+        settlement = self.remembered_settlement(group_name, lease_id, item, now)
         if settlement is None:
             return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
         _txn, status, filed = settlement

@@ -95,6 +95,12 @@ MAX_POP_BATCH = 1000
 # remembered whole.
 MAX_REMEMBERED_SETTLEMENTS = 16_384
 
+# How long a lease released by its acks stays remembered, from its release on the group clock
+# (released.py): as long as a queue's default dedup window, in which a retried push is still
+# answered `duplicate`. It only matters when acks are rare: under load the count above forgets
+# first. Past it a retried ack answers `invalid_lease`, as for a lease nobody remembers.
+ACK_RETRY_MEMORY_SECONDS = 3600
+
 # Fire records kept per tenant, so a cancel or a peek after the fire answers where the message went
 # (fired_memory.py); the oldest are forgotten first, and each at its queue's dedup window anyway.
 # A record costs ~150 B of heap beyond its timerKey and ~12 B of compressed snapshot

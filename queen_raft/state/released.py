@@ -12,14 +12,28 @@ Only a release by acks is remembered: a lease that expired is never recorded, so
 stays `invalid_lease`, and a message that was redelivered under a new lease can never be settled
 through the old one (the memory only answers, it never settles).
 
-The bound is MAX_REMEMBERED_SETTLEMENTS messages (limits.py) over all the remembered leases of the
-tenant; the oldest released leases are forgotten first, whole, in release order. It is a count,
-not a time: the count is what bounds memory and snapshot size whatever the traffic, and lease ids
-are minted unique (UUIDv7), so an old entry can never answer for anything but its own lease.
-Remembering costs O(1) per settled message (amortized: each one is added and evicted once).
+A lease still live answers the same way from what it settled so far (`Lease.settled_as`): a
+client that pops a batch and acks its messages one by one can retry each ack while the lease still
+holds the others.
+
+Two bounds, both deterministic (functions of the entries alone):
+
+- Count: at most MAX_REMEMBERED_SETTLEMENTS messages (limits.py) over all the remembered leases of
+  the tenant; the oldest released leases are forgotten first, whole, in release order. The count
+  is what bounds memory and snapshot size whatever the traffic.
+- Time: a released lease is remembered for ACK_RETRY_MEMORY_SECONDS from its release, on the group
+  clock (the entry's `now`, which never goes back). At release its `expires_at` is set to the end
+  of that memory (the lease itself is over, so the slot is free to mean this): a lookup at or after
+  that instant finds nothing, and the next release drops it from the front.
+
+Past either bound a retry answers `invalid_lease`, as for a lease nobody remembers; the SDK then
+reports the outcome as unknown. Lease ids are minted unique (UUIDv7), so an entry can never answer
+for anything but its own lease. Remembering costs O(1) per settled message (amortized: each one is
+added and evicted once).
 
 The memory is replicated state: it is in the snapshot, in release order, so replicas and restores
-agree on what is remembered and on what is evicted next.
+agree on what is remembered and on what is evicted next. A snapshot from before the time bound
+holds each released lease's own end in `expires_at`: those are forgotten at that instant.
 """
 
 from __future__ import annotations
@@ -83,15 +97,25 @@ class ReleasedLeases:
         return len(self.by_id)
 
     def get(self, lease_id: str | None) -> Lease | None:
+        """The remembered lease of that id, its memory window over or not (the id stays taken)."""
         return None if lease_id is None else self.by_id.get(lease_id)
 
-    def remember(self, released: Lease) -> None:
+    def find(self, lease_id: str | None, now: int) -> Lease | None:
+        """The remembered lease of that id whose memory window is still open at `now`, or None."""
+        released = self.get(lease_id)
+        if released is None or released.expires_at <= now:
+            return None
+        return released
+
+    def remember(self, released: Lease, now: int) -> None:
+        released.expires_at = now + limits.ACK_RETRY_MEMORY_SECONDS * limits.MS_PER_SECOND
         self.by_id[released.lease_id] = released
         self.order.append(released.lease_id)
         self.settlements += len(released.settled_as)
         # Read at call time, not imported by value, so a test can lower the bound to watch eviction.
         bound = limits.MAX_REMEMBERED_SETTLEMENTS
-        while self.settlements > bound:
+        while self.order and (self.settlements > bound
+                              or self.by_id[self.order[0]].expires_at <= now):
             oldest = self.by_id.pop(self.order.popleft())
             self.settlements -= len(oldest.settled_as)
 

@@ -13,8 +13,9 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 - `push` items are validated for shape first (one malformed item refuses the command); after that
   each item stands alone (`queued`, `duplicate` or `error`).
 - A transaction maps its refusals to the reasons of docs/commands.md: an ack that does not resolve
-  is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack that
-  released its lease: see broker.py); a push that is a duplicate (of the window or of an
+  is `rejected_ack` (its message says "already settled as <status>" when it repeats an ack its
+  lease already settled: see broker.py), and so is one whose `requiredLeases` holds a lease not
+  alive (transaction.py); a push that is a duplicate (of the window or of an
   earlier push of the same transaction) `duplicate`; a push over the queue's payload limit or
   over its maxSize `too_large` (the `error` text names which); a malformed part `bad_request`.
   Its timers fire in the same entry when already due, after its pushes, acks and kv ops.
@@ -60,7 +61,7 @@ from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
 from .timers import T_QUEUE, TimerTable, peek_timer
-from .transaction import resolve_acks, split_operations
+from .transaction import check_required_leases, required_leases, resolve_acks, split_operations
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
 
@@ -277,6 +278,7 @@ class TenantState:
                 "producerSub must be a string")
         policy = parse_policy(command.get("policy"), "bad_request")
         pushes, push_indexes, acks = split_operations(operations)
+        required = required_leases(command)
         kv_base = len(operations)
         for index, op in enumerate(kv_ops):
             validate_kv_op(op, kv_base + index)
@@ -290,6 +292,7 @@ class TenantState:
         except Refusal as refusal:
             refusal.index = push_indexes[refusal.index]
             raise
+        check_required_leases(self.broker, required, now)
         resolved = resolve_acks(self.broker, acks, now)
         overlay, kv_results = self.kv.plan(kv_ops, now, kv_base, answer_bound(command.get("maxAnswerBytes")))
         check_required_pending(self.timers, timer_ops, timer_base)

@@ -345,8 +345,9 @@ class StateAgainstModel(RuleBasedStateMachine):
     @precondition(lambda self: self.issued_leases)
     @rule(data=st.data(), step=CLOCK_STEPS)
     def ack(self, data, step):
-        """Completed acks of a prefix of what a live lease still holds, or of an expired, settled
-        or superseded lease (refused per item)."""
+        """Completed acks of a prefix of what a live lease still holds (after, at times, a retry of
+        an ack it already settled), or of an expired, settled or superseded lease (refused per
+        item, or answered as the first ack when it repeats one)."""
         now = self.now(step)
         self.model.advance(now)  # liveness is judged at this entry's group now
         live = [lease for lease in self.issued_leases if self.model.find_live_lease(lease[0])]
@@ -360,6 +361,14 @@ class StateAgainstModel(RuleBasedStateMachine):
             count = data.draw(st.integers(1, len(unsettled)))
             chosen = unsettled[:count]
             status = "completed"
+            if lease["settled"] and data.draw(st.booleans()):
+                # The answer of an earlier ack of this lease was lost: the client sends it again.
+                retry = {"queue": queue, "partition": partition, "offset": lease["settled"][0],
+                         "status": data.draw(st.sampled_from(["completed", "completed", "retry"]))}
+                acknowledgments = [retry, *({"queue": queue, "partition": partition, "offset": o,
+                                             "status": status} for o in chosen)]
+                self.check_ack(now, lease_id, group, acknowledgments, "retry on a live lease")
+                return
         else:
             # A dead lease: expired (refused), or released by its acks (a retried ack answers as
             # the first did, or is refused when it names another status).
@@ -367,12 +376,18 @@ class StateAgainstModel(RuleBasedStateMachine):
             status = data.draw(st.sampled_from(["completed", "completed", "retry"]))
         acknowledgments = [{"queue": queue, "partition": partition, "offset": o,
                             "status": status} for o in chosen]
+        released = None if holder is not None else self.model.released_leases.get(lease_id)
+        label = None if released is None else (
+            "retry of a released lease" if released[3] > self.model.clock
+            else "retry past the memory of released leases")
+        self.check_ack(now, lease_id, group, acknowledgments, label)
+
+    def check_ack(self, now, lease_id, group, acknowledgments, label):
         got = self.state.apply({"op": "ack", "now": now, "consumerGroup": group,
                                 "leaseId": lease_id, "acknowledgments": acknowledgments})
         want = self.model.ack(now, lease_id, acknowledgments)
         assert_matches(got, want, "ack")
-        retried = holder is None and lease_id in self.model.released_leases
-        event(f"ack{' (retry of a released lease)' if retried else ''}: "
+        event(f"ack{f' ({label})' if label else ''}: "
               f"{'accepted' if want['results'][0]['success'] else 'refused'}")
 
     @precondition(lambda self: self.model.queues.get("q0", {}).get("options", {}).get(

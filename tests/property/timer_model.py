@@ -56,10 +56,13 @@ EXPIRED_AT_EXACT_INSTANT = True
 # accepted message should be answered as the duplicate it is.
 DEDUP_BEFORE_PAYLOAD_LIMIT = True
 
-# Contract choice (broker.py): a lease released by its acks is remembered, so an ack naming it
-# again answers from that memory; the state bounds that memory at 16,384 messages,
-# far beyond what one run releases, so the model keeps every released lease.
+# Contract choice (broker.py): a lease remembers what it settled, live and once released by its
+# acks, so an ack naming a settled message again answers from that memory. A released lease is
+# remembered for ACK_RETRY_MEMORY_SECONDS after its release on the group clock; the state also
+# bounds the memory at 16,384 messages, far beyond what one run releases, so the model keeps every
+# released lease until its time is up.
 RETRIED_ACK_ANSWERS_AS_THE_FIRST = True
+ACK_RETRY_MEMORY_MS = 3_600_000
 
 # Contract choice (fired_memory.py): a key's fire is remembered for the destination queue's
 # dedupWindowSeconds from the fire (with the window in force at the fire), and dead at its end like
@@ -110,7 +113,8 @@ class TimerModel:
         self.deliver_at_by_message_id = {}
         # (queue, partition, txn) -> times the txn was appended again after its window expired.
         self.reappended_after_expiry = {}
-        # leaseId -> (queue, partition, offsets) of each lease released by its (completed) acks.
+        # leaseId -> (queue, partition, offsets, forgotten at) of each lease released by its
+        # (completed) acks.
         self.released_leases = {}
         # (queue, timerKey) -> where the key's last fire went: {"status", "txn", "partition",
         # "offset" (fired only), "messageId", "firedAt", "expiresAt"}.
@@ -452,12 +456,16 @@ class TimerModel:
     def retried_ack(self, index, lease_id, item):
         """The answer to an item no live lease covers: a repeat of a released lease's ack, or not."""
         released = self.released_leases.get(lease_id) if RETRIED_ACK_ANSWERS_AS_THE_FIRST else None
-        refused = {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
-        if released is None:
-            return refused
-        queue, partition, offsets = released
-        if (item["queue"], item["partition"]) != (queue, partition) or item["offset"] not in offsets:
-            return refused
+        if released is None or released[3] <= self.clock:
+            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
+        return self.repeated_ack(index, item, *released[:3])
+
+    @staticmethod
+    def repeated_ack(index, item, queue, partition, settled):
+        """An item naming a message its lease already settled (completed) answers as the first
+        ack did; with another status it is refused saying so."""
+        if (item["queue"], item["partition"]) != (queue, partition) or item["offset"] not in settled:
+            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
         if item["status"] == "completed":
             return {"index": index, "success": True, "dlq": False}
         return {"index": index, "success": False, "error": "invalid_lease", "dlq": False,
@@ -473,6 +481,10 @@ class TimerModel:
             if holder is None:
                 results.append(self.retried_ack(index, lease_id, item))
                 continue
+            if item["offset"] in holder[2]["lease"]["settled"]:
+                results.append(self.repeated_ack(index, item, holder[0], holder[1],
+                                                 holder[2]["lease"]["settled"]))
+                continue
             assert item["status"] == "completed", "the model settles completed acks only"
             if (holder[0] != item["queue"] or holder[1] != item["partition"]
                     or item["offset"] not in holder[2]["lease"]["offsets"]):
@@ -487,7 +499,8 @@ class TimerModel:
                 used["cursor"] += 1
             if sorted(lease["settled"]) == sorted(lease["offsets"]):
                 used["lease"] = None
-                self.released_leases[lease_id] = (holder[0], holder[1], list(lease["offsets"]))
+                self.released_leases[lease_id] = (holder[0], holder[1], list(lease["offsets"]),
+                                                  self.clock + ACK_RETRY_MEMORY_MS)
             results.append({"index": index, "success": True, "dlq": False})
         return {"results": results}
 

@@ -148,6 +148,16 @@ def test_minted_ids_fill_only_what_is_missing_and_incr_is_not_idempotent():
     assert with_minted_ids(body)["operations"][0]["transactionId"] != first_push["transactionId"]
     assert with_minted_ids({"operations": "nonsense"}) == {"operations": "nonsense"}  # the server refuses it
     assert is_idempotent(body)
+
+
+def test_minted_ids_go_on_each_item_of_a_push_of_several_items():
+    body = {"operations": [{"type": "push", "items": [{"queue": "a", "payload": 1},
+                                                      {"queue": "a", "payload": 2, "transactionId": "keep"}, "bad"]}]}
+    [push] = with_minted_ids(body)["operations"]
+    assert set(push) == {"type", "items"}  # a push of items takes no transactionId of its own
+    first, kept, bad = push["items"]
+    assert len(first["transactionId"]) == 32 and kept["transactionId"] == "keep" and bad == "bad"
+    assert "transactionId" not in body["operations"][0]["items"][0]  # the input is not changed
     assert not is_idempotent({"kv": [{"op": "incr", "ns": "n", "key": "c", "by": 1}]})
 
 

@@ -218,6 +218,17 @@ async def test_transaction_body_is_one_entry_in_spec_order(node, queen):
     }
 
 
+async def test_transaction_required_leases_are_on_the_wire_and_a_dead_one_is_refused(node, queen):
+    node.replies = [(200, {"success": False, "reason": "rejected_ack", "error": "required lease 'L' is not alive"}, {})]
+    message = Message.from_wire({"leaseId": "L", "offset": 3, "transactionId": "t", "partition": "Default"},
+                                "q", None, queen.transport)
+    with pytest.raises(TransactionRefused) as caught:
+        await queen.transaction().require_lease(message).require_lease("L2").push("next", 1, txn="n-1").commit()
+    assert caught.value.reason == "rejected_ack"
+    assert node.seen[0].body == {"operations": [{"type": "push", "queue": "next", "transactionId": "n-1", "payload": 1}],
+                                 "requiredLeases": ["L", "L2"]}
+
+
 async def test_transaction_rollback_raises_with_reason_and_index(node, queen):
     node.replies = [(200, {"success": False, "reason": "kv_precondition", "error": "version 2, expected 1", "index": 1}, {})]
     with pytest.raises(TransactionRefused) as caught:

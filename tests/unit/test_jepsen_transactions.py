@@ -261,7 +261,9 @@ def test_plan_is_seeded_and_the_body_matches_what_the_checker_reads():
     value = {"txn": "x7", "counter": "c1", "expectedVersion": 3, "stale": False,
              "timer": {"kind": "release", "delayMs": None, "target": "x2"}}
     body = transaction_body(value)
-    assert [op["transactionId"] for op in body["operations"]] == ["x7-a", "x7-b"]
+    [push] = body["operations"]  # an odd-numbered one: the Queen 2.x shape
+    assert push["type"] == "push" and [item["transactionId"] for item in push["items"]] == ["x7-a", "x7-b"]
+    assert [op["transactionId"] for op in transaction_body({**value, "txn": "x8"})["operations"]] == ["x8-a", "x8-b"]
     assert body["kv"][0] == {"op": "check", "ns": "jx-bank", "key": "c1", "expectedVersion": 3}
     assert body["kv"][1]["value"]["n"] == 4 and body["kv"][2]["value"] == {"counter": "c1", "prev": 3}
     assert body["timers"] == [{"op": "cancel", "queue": "jxt", "timerKey": "x2", "requirePending": True}]

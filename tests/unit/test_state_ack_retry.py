@@ -169,11 +169,35 @@ def test_a_message_redelivered_after_its_lease_expired_is_not_acked_by_the_old_l
     assert group_of(state).cursor == 0
 
 
-def test_a_live_lease_still_refuses_a_second_ack_of_a_message_it_settled():
+def test_a_retried_ack_on_a_lease_still_live_answers_as_the_first_and_changes_nothing():
+    # One pop of a batch, one ack per message (the SDK's consumer loop): the first ack's answer is
+    # lost while the lease still holds the other messages, and the client sends it again.
     state = TenantState()
+    push(state, T0, "a", "b", "c")
+    pop(state, T0, "L1")
+    assert ack(state, T0, "L1", done(0)) == [{"index": 0, "success": True, "dlq": False}]
+    assert ack(state, T0, "L1", done(1, "dlq")) == [{"index": 0, "success": True, "dlq": True}]
+    image = state.snapshot()
+    assert ack(state, T0, "L1", done(0), by_txn("b", "dlq")) == [
+        {"index": 0, "success": True, "dlq": False}, {"index": 1, "success": True, "dlq": True}]
+    assert state.snapshot() == image
+    assert ack(state, T0, "L1", done(0, "failed")) == [
+        {"index": 0, "success": False, "error": "invalid_lease", "dlq": False,
+         "message": "already settled as completed"}]
+    assert state.snapshot() == image and "L1" in state.broker.leases
+    # A second item of one request naming a message the first settled is the same repeat.
+    assert ack(state, T0, "L1", done(2), done(2)) == [
+        {"index": 0, "success": True, "dlq": False}, {"index": 1, "success": True, "dlq": False}]
+    assert "L1" in state.broker.released.by_id
+
+
+def test_a_lease_that_expired_answers_no_retry_even_for_what_it_settled_while_live():
+    state = TenantState()
+    state.apply({"op": "configure", "now": T0, "queue": "q", "options": {"leaseTime": 1}})
     push(state, T0, "a", "b")
     pop(state, T0, "L1")
-    assert [r["success"] for r in ack(state, T0, "L1", done(0), done(0))] == [True, False]
+    assert ack(state, T0, "L1", done(0))[0]["success"] is True
+    assert ack(state, T0 + 1_000, "L1", done(0))[0]["error"] == "invalid_lease"
 
 
 # --- the bound ----------------------------------------------------------------------------------
@@ -219,6 +243,21 @@ def test_the_memory_never_grows_past_its_bound_at_full_pop_batches():
     assert "L0" not in remembered.by_id and f"L{leases - 1}" in remembered.by_id
     assert ack(state, T0, "L0", done(0))[0]["error"] == "invalid_lease"
     assert ack(state, T0, f"L{leases - 1}", done(leases * MAX_POP_BATCH - 1))[0]["success"]
+
+
+def test_a_released_lease_is_forgotten_when_its_memory_window_ends_on_the_group_clock():
+    window = limits.ACK_RETRY_MEMORY_SECONDS * 1000
+    state = released_state()  # L1 released at T0 + 2
+    assert ack(state, T0 + 2 + window - 1, "L1", done(0))[0]["success"] is True
+    assert ack(state, T0 + 2 + window, "L1", done(0)) == [
+        {"index": 0, "success": False, "error": "invalid_lease", "dlq": False}]
+    # The next release drops it from the memory (and the count) for good.
+    push(state, T0 + 2 + window, "d")
+    pop(state, T0 + 2 + window, "L2")
+    ack(state, T0 + 2 + window, "L2", done(3))
+    assert list(state.broker.released.order) == ["L2"] and state.broker.released.settlements == 1
+    # A proposer whose clock runs behind does not bring it back: the group clock never goes back.
+    assert ack(state, T0, "L1", done(0))[0]["error"] == "invalid_lease"
 
 
 # --- snapshot -----------------------------------------------------------------------------------

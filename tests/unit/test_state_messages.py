@@ -240,7 +240,8 @@ def test_ack_refusals_are_per_item():
     state = TenantState()
     push(state, T0, item("a"), item("b"), item("x", partition="p2"))
     pop(state, T0, lease="L1", partition="Default", batch=2)
-    results = ack(state, T0, "L1", done(0), done(0), done(9), done(1, partition="p2"),
+    # The second item repeats the first with another status: refused, it was settled completed.
+    results = ack(state, T0, "L1", done(0), done(0, "retry"), done(9), done(1, partition="p2"),
                   {"queue": "other", "partition": "Default", "offset": 1, "status": "completed"},
                   done(1))
     assert [r["success"] for r in results] == [True, False, False, False, False, True]
