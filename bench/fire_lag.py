@@ -1,7 +1,7 @@
 """Scenario 2: fire lag at a steady 200, 2,000 and 10,000 timers/s.
 
 Two ways: the metric (the fire's instant on the group clock minus deliverAt: the fired message's
-createdAt is the tick entry's now; for the peers, the poller's instant) and end to end (a
+createdAt is the tick entry's now; for the peers, the poller's or sweeper's instant) and end to end (a
 long-polling consumer process's receipt instant minus deliverAt, both on this host's clock;
 deliverAt comes from the schedule answer). For ours the leader's /metrics histogram is read too,
 as a cross-check of the metric (bucket-interpolated, so coarser). Plus the CPU each process used.

@@ -6,7 +6,7 @@ if it does not exist" (compare its create_revision with 0); the key's value is t
 sweeper that finds its own lease there holds the election. The winner keeps the lease alive
 every KEEPALIVE_EVERY_S and fences each fire Txn on the election key's create_revision; a loser
 (or a winner whose lease ran out) tries again every LEASE_TTL_S / 2, so a standby sweeper started
-with the same command takes over within one lease TTL of the winner's death. The bench runs one.
+with the same command takes over within 1.5 lease TTLs of the winner's death. The bench runs one.
 
 Run: `python -m bench.peers.etcd_sweeper --urls http://127.0.0.1:N,...`.
 """
