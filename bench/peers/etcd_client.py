@@ -70,9 +70,9 @@ class FiredWatch:
     async def wait(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while not self.ready and time.monotonic() < deadline:
-            if self._response is None:
-                await self._open()
             try:
+                if self._response is None:
+                    await self._open()
                 chunk = await asyncio.wait_for(self._response.content.readany(), deadline - time.monotonic())
             except asyncio.TimeoutError:
                 return
