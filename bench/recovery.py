@@ -4,7 +4,8 @@ Ours: a follower of the tenant is killed and started again; the figures are the 
 answers /health 200 (it serves only after loading its snapshot and journal) and until each of its
 groups has applied everything its leader had committed. etcd: the same with a follower member
 (serving: it answers a linearizable read; caught up: its applied index reaches what the leader had
-applied at the kill). Redis and PostgreSQL: the server is killed and started again; the time until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
+applied at the kill). Redis and PostgreSQL: the server is killed and started again; the time
+until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def restart_etcd_follower(service) -> dict:
             break
         time.sleep(HEALTH_POLL_S)
     return {"restarted": f"etcd-m{follower + 1}", "serving_s": _round(serving_s), "caught_up_s": _round(caught_up_s),
-            "applied_target": target, "pending_on_restarted_node": service.pending_on(follower)}
+            "applied_target": target, "restarted_member": follower}
 
 
 def _round(value: float | None) -> float | None:
@@ -104,6 +105,8 @@ def measure(service: TimerService, quick: bool) -> dict:
         else:
             serving_s = service.restart_after_crash()
             figures = {"restarted": "server", "serving_s": _round(serving_s), "caught_up_s": _round(serving_s)}
+    if service.name == "etcd":  # counted after the CPU window: the count walks every timer key
+        figures["pending_on_restarted_node"] = service.pending_on(figures["restarted_member"])
     figures["load_cpu_us_per_op_all_processes"] = load_cpu.us_per(count)
     figures["restart_cpu_s_all_processes"] = round(restart_cpu.seconds, 3)
     figures["restart_cpu_us_per_pending_timer"] = restart_cpu.us_per(count)
