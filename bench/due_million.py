@@ -39,7 +39,7 @@ LOAD_MARGIN_S = 3.0
 # 17 s for a million; a broken drain must end the run, not hang it).
 DRAIN_TIMEOUT_S = {False: 300.0, True: 60.0}
 PENDING_POLL_S = 0.2
-# Counting what is pending walks the whole set on etcd and PostgreSQL (hundreds of ms per million):
+# Counting what is pending walks the whole set on etcd and PostgreSQL (its cost grows with the set):
 # the watcher spends at most this share of its time counting (it waits 1 / share times as long as
 # the last count took), so its reads do not take the cores the drain needs. The fire rate comes from the fire instants, not from this poll.
 POLL_COST_SHARE = 0.1
