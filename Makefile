@@ -68,7 +68,7 @@ node-start node-stop node-kill node-restart: venv
 cluster-restart-all: venv
 	$(BIN)/python -m queen_raft cluster restart-all --config $(CLUSTER_CONFIG)
 
-# The suite of issue 6 (bench/): ours against Redis and PostgreSQL, installed by the suite itself.
+# The suite of issue 6 (bench/): ours against etcd, Redis and PostgreSQL, installed by the suite itself.
 # One scenario alone: $(BIN)/python -m bench <scenario> [--quick]
 bench: venv
 	$(BIN)/pip install --quiet -r bench/requirements.txt

@@ -16,14 +16,18 @@ CONSUME_BATCH = 1000
 JOIN_TIMEOUT_S = 30.0
 
 
-async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str) -> list[tuple[str, int, float]]:
+async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str,
+                   ready: Any) -> list[tuple[str, int, float]]:
     client = endpoint.open_client(1)
     received: list[tuple[str, int, float]] = []
     seen: set[str] = set()
     try:
         while len(seen) < expected and time.time() < deadline_unix_s:
-            wait = min(LONG_POLL_WAIT_S, max(0.01, deadline_unix_s - time.time()))
+            # The first call fixes where the consumer reads from (a cursor at the log's end, a
+            # watch from the next revision): the parent starts its load only after it.
+            wait = min(LONG_POLL_WAIT_S, max(0.01, deadline_unix_s - time.time())) if ready.is_set() else 0.01
             receipts = await client.consume(CONSUME_BATCH, wait)
+            ready.set()
             at_ms = time.time() * 1000
             for receipt in receipts:
                 if not receipt.txn.startswith(txn_prefix):  # a fire of an earlier run
@@ -36,11 +40,11 @@ async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_pre
 
 
 def _main(endpoint: Any, expected: int, deadline_unix_s: float, txn_prefix: str, ready: Any, out: Any) -> None:
-    ready.set()
     try:
-        out.send(asyncio.run(_consume(endpoint, expected, deadline_unix_s, txn_prefix)))
+        out.send(asyncio.run(_consume(endpoint, expected, deadline_unix_s, txn_prefix, ready)))
     except Exception as exc:  # the parent reports it; a silent child would look like lost timers
         out.send(repr(exc))
+    ready.set()  # a consumer that failed before its first call must not hold the parent
     out.close()
 
 
@@ -56,6 +60,7 @@ class ConsumerProcess:
         self._deadline = deadline_unix_s
 
     def start(self) -> None:
+        """Returns once the consumer reads from the log's current end (or JOIN_TIMEOUT_S passed)."""
         self._process.start()
         self._ready.wait(JOIN_TIMEOUT_S)
 

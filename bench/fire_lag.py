@@ -1,7 +1,7 @@
 """Scenario 2: fire lag at a steady 200, 2,000 and 10,000 timers/s.
 
 Two ways: the metric (the fire's instant on the group clock minus deliverAt: the fired message's
-createdAt is the tick entry's now; for the peers, the poller's instant) and end to end (a
+createdAt is the tick entry's now; for the peers, the poller's or sweeper's instant) and end to end (a
 long-polling consumer process's receipt instant minus deliverAt, both on this host's clock;
 deliverAt comes from the schedule answer). For ours the leader's /metrics histogram is read too,
 as a cross-check of the metric (bucket-interpolated, so coarser). Plus the CPU each process used.
@@ -22,6 +22,7 @@ from bench.plots import fire_lag_over_time
 from bench.process_usage import CpuWindow
 from bench.profiler import profiled
 from bench.report import ScenarioResult, repo_relative, results_dir, today
+from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
 from bench.systems import OURS, each_system
 from bench.timer_service import TimerService
 
@@ -60,7 +61,7 @@ def measure_rate(service: TimerService, rate: int, duration_s: float, profile: b
             await client.close()
 
     cpu.start(time.monotonic())
-    with profiled(service, f"fire_lag_{rate}", duration_s, enabled=profile):
+    with profiled(service, f"fire_lag_{rate}", duration_s, enabled=profile), SystemCpu(service.pids) as system_cpu:
         run = asyncio.run(schedule())
         # The window covers the fires of the last timers too.
         time.sleep(DELAY_MS / 1000)
@@ -85,7 +86,7 @@ def measure_rate(service: TimerService, rate: int, duration_s: float, profile: b
         "received": len(seen), "lost": len(set(deliver_at) - seen),
         "doubled": sum(1 for n in counts.values() if n > 1),
         "metric_lag_ms": summary(metric_lags), "end_to_end_lag_ms": summary(e2e_lags),
-        "cpu_cores": cpu_used,
+        "cpu_cores": cpu_used, "cpu_us_per_timer_all_processes": system_cpu.us_per(run.scheduled),
     }
     if service.name == OURS:
         after = service.histogram(service.leader(), FIRE_LAG_HISTOGRAM, TENANT_LABEL)
@@ -133,6 +134,8 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
                 key = process.split("/", 1)[0]
                 total[key] = round(total.get(key, 0.0) + (cores or 0.0), 2)
             result.figure(f"{rate:,}/s CPU per process", "cores").values[name] = ", ".join(f"{k} {v}" for k, v in total.items())
+            result.figure(f"{rate:,}/s schedule + fire: {CPU_FIGURE_NOTE} per timer", "us").values[name] = \
+                figures["cpu_us_per_timer_all_processes"]
             result.figure(f"{rate:,}/s timers lost", "").values[name] = figures["lost"]
             result.figure(f"{rate:,}/s timers doubled", "").values[name] = figures["doubled"]
     png = results_dir(quick) / f"{today()}-fire_lag.png"

@@ -2,8 +2,10 @@
 
 Ours: a follower of the tenant is killed and started again; the figures are the time until it
 answers /health 200 (it serves only after loading its snapshot and journal) and until each of its
-groups has applied everything its leader had committed. The peers: the server is killed and
-started again; the time until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
+groups has applied everything its leader had committed. etcd: the same with a follower member
+(serving: it answers a linearizable read; caught up: its applied index reaches what the leader had
+applied at the kill). Redis and PostgreSQL: the server is killed and started again; the time
+until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from bench.pending_load import load_pending, pending_count
 from bench.report import ScenarioResult
+from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
 from bench.systems import OURS, each_system
 from bench.timer_service import TimerService
 
@@ -63,6 +66,26 @@ def restart_queen_follower(service) -> dict:
             "pending_on_restarted_node": service.pending_on(follower)}
 
 
+def restart_etcd_follower(service) -> dict:
+    """As for ours: a follower member killed and started again; serving once it answers a
+    linearizable read, caught up once it applied what the leader had when it went down."""
+    leader = service.leader_index()
+    follower = next(i for i in range(len(service.members)) if i != leader)
+    target = service.applied_index(leader)
+    serving_s = service.restart_member_after_crash(follower)
+    started = time.monotonic() - serving_s
+    caught_up_s = None
+    deadline = started + RESTART_TIMEOUT_S
+    while time.monotonic() < deadline:
+        applied = service.applied_index(follower)
+        if applied is not None and applied >= target:
+            caught_up_s = time.monotonic() - started
+            break
+        time.sleep(HEALTH_POLL_S)
+    return {"restarted": f"etcd-m{follower + 1}", "serving_s": _round(serving_s), "caught_up_s": _round(caught_up_s),
+            "applied_target": target, "restarted_member": follower}
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
@@ -70,14 +93,23 @@ def _round(value: float | None) -> float | None:
 def measure(service: TimerService, quick: bool) -> dict:
     count = TIMERS[quick]
     load_started = time.monotonic()
-    asyncio.run(load_pending(service, count, "rec"))
+    with SystemCpu(service.pids) as load_cpu:
+        asyncio.run(load_pending(service, count, "rec"))
     load_s = time.monotonic() - load_started
     time.sleep(SETTLE_S)
-    if service.name == OURS:
-        figures = restart_queen_follower(service)
-    else:
-        serving_s = service.restart_after_crash()
-        figures = {"restarted": "server", "serving_s": _round(serving_s), "caught_up_s": _round(serving_s)}
+    with SystemCpu(service.pids) as restart_cpu:
+        if service.name == OURS:
+            figures = restart_queen_follower(service)
+        elif service.name == "etcd":
+            figures = restart_etcd_follower(service)
+        else:
+            serving_s = service.restart_after_crash()
+            figures = {"restarted": "server", "serving_s": _round(serving_s), "caught_up_s": _round(serving_s)}
+    if service.name == "etcd":  # counted after the CPU window: the count walks every timer key
+        figures["pending_on_restarted_node"] = service.pending_on(figures["restarted_member"])
+    figures["load_cpu_us_per_op_all_processes"] = load_cpu.us_per(count)
+    figures["restart_cpu_s_all_processes"] = round(restart_cpu.seconds, 3)
+    figures["restart_cpu_us_per_pending_timer"] = restart_cpu.us_per(count)
     figures["pending_after_restart"] = figures.get("pending_on_restarted_node", asyncio.run(pending_count(service)))
     figures.update({"timers": count, "load_s": round(load_s, 1)})
     return figures
@@ -89,10 +121,14 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
     serving = result.figure(f"restart (kill -9) with {count:,} pending: serving after", "s")
     caught = result.figure("... and its groups caught up after", "s", "<= 10 (ours)")
     pending = result.figure("pending timers after the restart", "")
+    load_cpu = result.figure(f"load: {CPU_FIGURE_NOTE} per timer op", "us")
+    restart_cpu = result.figure(f"restart until caught up: {CPU_FIGURE_NOTE} per pending timer", "us")
     for name, figures in each_system(names, lambda s: measure(s, quick)):
         result.details[name] = figures
         print(f"   {name}: {figures}", flush=True)
         serving.values[name] = figures["serving_s"]
         caught.values[name] = figures["caught_up_s"]
         pending.values[name] = figures["pending_after_restart"]
+        load_cpu.values[name] = figures["load_cpu_us_per_op_all_processes"]
+        restart_cpu.values[name] = figures["restart_cpu_us_per_pending_timer"]
     return result

@@ -1,5 +1,5 @@
 """Results: one JSON per scenario run in bench/results/<date>-<scenario>.json, and the markdown table
-of every scenario of that date, each figure as ours / Redis / PostgreSQL."""
+of every scenario of that date, each figure as ours / etcd / Redis / PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = RESULTS_DIR.parents[1]
 # Next to every figure: nothing here had a core of its own.
 SHARED_CORES_NOTE = "2 cores shared by the servers and the load generator"
-SYSTEM_ORDER = ("queen-raft", "redis", "postgres")
+SYSTEM_ORDER = ("queen-raft", "etcd", "redis", "postgres")
 SCENARIO_ORDER = ("schedule_throughput", "fire_lag", "due_million", "failover", "recovery", "queue_throughput",
                   "timer_memory")
 
@@ -140,7 +140,7 @@ def table_rows(result: dict) -> list[str]:
 
 
 TABLE_HEADER = [
-    "| scenario | figure | ours / Redis / PostgreSQL | target | measured on |",
+    "| scenario | figure | ours / etcd / Redis / PostgreSQL | target | measured on |",
     "| --- | --- | --- | --- | --- |",
 ]
 
@@ -166,8 +166,8 @@ def write_table(quick: bool, date: str | None = None) -> Path:
         f"# Benchmark results {date}{' (--quick sizes)' if quick else ''}\n\n"
         f"Machine: {head['cpus']} cores ({head['cpu_model']}), {head['memory_gib']} GiB, Linux {head['kernel']}, "
         f"Python {head['python']}. Every figure: {SHARED_CORES_NOTE}, and with whatever else ran on the "
-        "machine (the load averages below say how busy it was). Ours is three nodes replicating every write to a majority; the peers are single-node and "
-        "unreplicated. Command: `make bench` (or `python -m bench <scenario>`).\n\n" + markdown_table(results)
+        "machine (the load averages below say how busy it was). Ours is three nodes replicating every write to a majority, and so "
+        "is etcd (three members); Redis and PostgreSQL are single-node and unreplicated. Command: `make bench` (or `python -m bench <scenario>`).\n\n" + markdown_table(results)
         + "\nLoad average (1 min) of the machine when each scenario started (2 cores; above 2 means others "
         "were queueing for them too): "
         + ", ".join(f"{r['scenario']} {r.get('load_average_at_start', [None])[0]:.1f}" for r in results

@@ -16,6 +16,7 @@ from bench.load_generator import closed_loop
 from bench.process_usage import CpuWindow
 from bench.profiler import profiled
 from bench.report import ScenarioResult
+from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
 from bench.systems import OURS, each_system
 from bench.timer_service import ScheduleOp, TimerService
 
@@ -68,12 +69,12 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
             cpu = CpuWindow(service.pids)
             cpu.start(time.monotonic())
             commit_before = raft_commit_index(service)
-            with profiled(service, "schedule_single", duration, enabled=profile):
+            with profiled(service, "schedule_single", duration, enabled=profile), SystemCpu(service.pids) as single_sum:
                 single_run = await closed_loop(single, SINGLE_OP_CLIENTS, duration)
             single_cpu = cpu.stop(time.monotonic())
             single_entries = entries_per_call(commit_before, raft_commit_index(service), single_run.calls)
             cpu.start(time.monotonic())
-            with profiled(service, "schedule_batch", duration, enabled=profile):
+            with profiled(service, "schedule_batch", duration, enabled=profile), SystemCpu(service.pids) as batch_sum:
                 batch_run = await closed_loop(batch, BATCH_CLIENTS, duration)
             batch_cpu = cpu.stop(time.monotonic())
         finally:
@@ -82,10 +83,12 @@ def measure(service: TimerService, quick: bool, profile: bool) -> dict:
             "single_op": {"clients": SINGLE_OP_CLIENTS, "calls_per_s": round(single_run.calls_per_s),
                           "latency_ms": summary(single_run.latencies_ms), "errors": len(single_run.errors),
                           "error_samples": single_run.errors[:3], "cpu_cores": single_cpu,
-                          "raft_entries_per_call": single_entries},
+                          "raft_entries_per_call": single_entries,
+                          "cpu_us_per_call_all_processes": single_sum.us_per(single_run.calls)},
             "batched": {"clients": BATCH_CLIENTS, "ops_per_call": BATCH_OPS, "ops_per_s": round(batch_run.ops_per_s),
                         "calls_per_s": round(batch_run.calls_per_s, 1), "latency_ms": summary(batch_run.latencies_ms),
-                        "errors": len(batch_run.errors), "error_samples": batch_run.errors[:3], "cpu_cores": batch_cpu},
+                        "errors": len(batch_run.errors), "error_samples": batch_run.errors[:3], "cpu_cores": batch_cpu,
+                        "cpu_us_per_op_all_processes": batch_sum.us_per(batch_run.ops)},
         }
 
     return asyncio.run(body())
@@ -98,6 +101,8 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
     p99 = result.figure("single-op schedule latency p99", "ms", "< 20 (ours)")
     batched = result.figure("batched schedule (256 ops/call)", "timer ops/s", ">= 50,000 (ours)")
     batch_p99 = result.figure("batched call latency p99", "ms")
+    single_cpu = result.figure(f"single-op schedule: {CPU_FIGURE_NOTE} per call", "us")
+    batch_cpu = result.figure(f"batched schedule: {CPU_FIGURE_NOTE} per timer op", "us")
     for name, figures in each_system(names, lambda s: measure(s, quick, profile and s.name == OURS)):
         result.details[name] = figures
         calls.values[name] = figures["single_op"]["calls_per_s"]
@@ -105,4 +110,6 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
         p99.values[name] = figures["single_op"]["latency_ms"]["p99"]
         batched.values[name] = figures["batched"]["ops_per_s"]
         batch_p99.values[name] = figures["batched"]["latency_ms"]["p99"]
+        single_cpu.values[name] = figures["single_op"]["cpu_us_per_call_all_processes"]
+        batch_cpu.values[name] = figures["batched"]["cpu_us_per_op_all_processes"]
     return result

@@ -9,13 +9,17 @@ from bench.queen_service import QueenCluster, pick_port_runs
 from bench.timer_service import TimerService
 
 OURS = "queen-raft"
-PEERS = ("redis", "postgres")
+PEERS = ("etcd", "redis", "postgres")
 SYSTEM_NAMES = (OURS, *PEERS)
 
 
 def make_service(name: str, queen_settings: dict | None = None) -> TimerService:
     if name == OURS:
         return QueenCluster(settings=queen_settings)
+    if name == "etcd":
+        from bench.peers.etcd_cluster import MEMBERS, EtcdCluster
+
+        return EtcdCluster(pick_port_runs(MEMBERS, 2))
     port = pick_port_runs(1, 1)[0]
     if name == "redis":
         from bench.peers.redis_delay_queue import RedisDelayQueue
@@ -35,7 +39,7 @@ def each_system(names: tuple[str, ...], run: Callable[[TimerService], dict],
         if name in PEERS:
             from bench.peers.debian_packages import ensure_installed
 
-            ensure_installed()
+            ensure_installed(name)
         service = make_service(name, queen_settings)
         try:
             service.start()  # inside: a start that fails half way still stops what it started

@@ -17,8 +17,9 @@ def postgres_bin_dir() -> Path | None:
     return versions[-1].parent if versions else None
 
 
-def ensure_installed() -> None:
-    """apt-get install redis-server postgresql, once, when either server binary is missing."""
+def _missing_packages(system: str) -> list[str]:
+    if system == "etcd":
+        return [] if shutil.which("etcd") else ["etcd-server"]
     have_redis = shutil.which("redis-server") is not None
     have_postgres = postgres_bin_dir() is not None and shutil.which("runuser") is not None
     try:
@@ -26,11 +27,17 @@ def ensure_installed() -> None:
         pwd.getpwnam("postgres")
     except KeyError:
         have_postgres = False
-    if have_redis and have_postgres:
+    return [] if have_redis and have_postgres else ["redis-server", "postgresql"]
+
+
+def ensure_installed(system: str = "redis") -> None:
+    """apt-get install the peer's packages, once, when its server binary is missing: etcd-server
+    for etcd; redis-server and postgresql for either of those two."""
+    packages = _missing_packages(system)
+    if not packages:
         return
     if os.geteuid() != 0:
-        raise RuntimeError("redis-server or postgresql is missing and this is not root: apt-get install -y redis-server postgresql")
+        raise RuntimeError(f"{system} is missing and this is not root: apt-get install -y {' '.join(packages)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=APT_TIMEOUT_S)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server", "postgresql"], check=True, env=env,
-                   timeout=APT_TIMEOUT_S)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env, timeout=APT_TIMEOUT_S)
