@@ -16,8 +16,8 @@ tick: the leader counts its own entries at the next tick's commit scan, after th
 flush of this tick (transport.GroupTransport._onTick), and followers' acknowledgements arrive in
 poll(), after both.
 
-Overrides SyncObj._checkCommandsToApply (wrapping it) and SyncObj._SyncObj__sendAppendEntries of
-pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
+SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
 """
 
 from __future__ import annotations
@@ -54,6 +54,21 @@ class CoalescingSyncObj(SnapshotGuardedSyncObj):
                 self._appends_waiting = 0
                 self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
                 SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _SyncObj__applyLogEntries(self):
+        # Applying a committed 256-op entry takes milliseconds on every replica, and stock pysyncobj
+        # does it before the tick appends the commands queued meanwhile (leader: the next entry's
+        # send waited on the apply) and before the tick callbacks flush the journal and release the
+        # acknowledgements held behind it (follower: the next entry's commit waited on the apply).
+        # Both go first now, so the next commit round travels while this node applies. The rules
+        # are unchanged: an acknowledgement still leaves only after the flush that covers its
+        # entries, and the leader's own entries are flushed before its next commit scan counts it.
+        if self._SyncObj__transport.ready and self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied:
+            self._checkCommandsToApply()
+            flush_and_release = getattr(self._SyncObj__transport, "flush_and_release", None)
+            if flush_and_release is not None:
+                flush_and_release()
+        return SyncObj._SyncObj__applyLogEntries(self)
 
     def _SyncObj__sendAppendEntries(self):
         if self._coalescing_appends:
