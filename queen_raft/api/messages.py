@@ -160,7 +160,7 @@ async def post_push(request: web.Request) -> web.Response:
     result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
-    return json_response({"results": result["results"]}, status=201)
+    return json_response({"results": result["results"]}, status=201, floats_finite=True)
 
 
 # --- pop -------------------------------------------------------------------------------------
@@ -213,7 +213,8 @@ async def get_pop(request: web.Request) -> web.Response:
                 result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
             if result is not None:
                 return json_response({"leaseId": result.get("leaseId"),
-                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]})
+                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]},
+                                     floats_finite=True)
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
@@ -286,7 +287,7 @@ async def _post_ack(request: web.Request, single: bool) -> web.Response:
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "ack refused")
-    return json_response({"results": result["results"]})
+    return json_response({"results": result["results"]}, floats_finite=True)
 
 
 async def post_ack(request: web.Request) -> web.Response:
