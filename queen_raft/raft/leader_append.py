@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pysyncobj import SyncObj
 
-from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+from queen_raft.raft.log_index import IndexedLogSyncObj
 
 # Within one _checkCommandsToApply run (bounded by pysyncobj to appendEntriesPeriod), send what was
 # appended at least every this many entries: the first entry of a 2,048-command burst (max_in_flight)
@@ -33,8 +33,8 @@ from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
 APPEND_SEND_EVERY_ENTRIES = 64
 
 
-class CoalescingSyncObj(SnapshotGuardedSyncObj):
-    """SnapshotGuardedSyncObj (a LogMatchingSyncObj) whose leader sends AppendEntries once per batch of new commands."""
+class CoalescingSyncObj(IndexedLogSyncObj):
+    """IndexedLogSyncObj (a SnapshotGuardedSyncObj, a LogMatchingSyncObj) whose leader sends AppendEntries once per batch of new commands."""
 
     def __init__(self, *args, **kwargs):
         # Before super().__init__(): the tick thread may run before __init__ returns.
