@@ -56,13 +56,14 @@ class CoalescingSyncObj(IndexedLogSyncObj):
                 SyncObj._SyncObj__sendAppendEntries(self)
 
     def _SyncObj__applyLogEntries(self):
-        # Applying a committed 256-op entry takes milliseconds on every replica, and stock pysyncobj
-        # does it before the tick appends the commands queued meanwhile (leader: the next entry's
-        # send waited on the apply) and before the tick callbacks flush the journal and release the
-        # acknowledgements held behind it (follower: the next entry's commit waited on the apply).
-        # Both go first now, so the next commit round travels while this node applies. The rules
-        # are unchanged: an acknowledgement still leaves only after the flush that covers its
-        # entries, and the leader's own entries are flushed before its next commit scan counts it.
+        # Applying a committed 256-op entry holds the tick thread on every replica, and stock
+        # pysyncobj applies before the tick appends the commands queued meanwhile (on the leader the
+        # next entry's send would wait on the apply) and before the tick callbacks flush the journal
+        # and release the acknowledgements held behind it (on a follower the next entry's commit
+        # would wait on the apply). Both go first, so the next commit round travels while this node
+        # applies. An acknowledgement leaves only after the flush that covers its entries, and the
+        # leader's own entries are flushed (here or in the tick callbacks) before its next commit
+        # scan counts it.
         if self._SyncObj__transport.ready and self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied:
             self._checkCommandsToApply()
             flush_and_release = getattr(self._SyncObj__transport, "flush_and_release", None)
