@@ -7,7 +7,9 @@ import binascii
 import json
 from typing import Any
 
-from queen_raft.api.wire_json import finite_float
+import orjson
+
+from queen_raft.api.wire_json import finite_float, may_hold_wide_integer
 from queen_raft.state.limits import MAX_JSON_DEPTH
 from queen_raft.state.values import nesting_depth
 
@@ -73,9 +75,24 @@ def payload_fields(data: bytes) -> dict[str, Any]:
     runs out of recursion on it, or no encoder could write it back inside the answer, and either
     would fail every pop of its partition."""
     try:
-        value = _PAYLOAD_DECODER.decode(data.decode("utf-8"))
+        value = _read_payload_json(data)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return {"payloadB64": encode_base64(data)}
     if _nests_too_deep(data, value):
         return {"payloadB64": encode_base64(data)}
     return {"payload": value}
+
+
+def _read_payload_json(data: bytes) -> Any:
+    """`_PAYLOAD_DECODER`'s value of the UTF-8 text `data`, raising what it raises. orjson reads it
+    when it can (several times faster on a pop of 100 messages): it refuses everything that
+    decoder refuses (invalid UTF-8, NaN, Infinity, numbers past a double) and more (a BOM, lone
+    surrogates), and those go to the decoder, which answers or refuses them as before. The one
+    document both read differently, an integer past 64 bits (orjson makes it a float), never
+    reaches orjson (wire_json.may_hold_wide_integer)."""
+    if not may_hold_wide_integer(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return _PAYLOAD_DECODER.decode(data.decode("utf-8"))

@@ -12,10 +12,10 @@ from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base6
 from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError, encryption_unavailable
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
-from queen_raft.api.ids import new_lease_id, new_message_id
+from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
-from queen_raft.api.timer_parsing import name_over_limit
+from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
 from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
 from queen_raft.state.message_items import ACK_STATUSES
 
@@ -62,6 +62,9 @@ def check_name(value: str | None, name: str, where: str) -> str | None:
 
 
 def _optional_name(raw: dict, name: str, where: str, default: str | None = None) -> str | None:
+    value = raw.get(name, default)
+    if type(value) is str and 0 < len(value) <= NAME_CHARS_ALWAYS_WITHIN:
+        return value  # the usual name: non-empty, and too short to pass MAX_NAME_BYTES in UTF-8
     return check_name(_optional_string(raw, name, where, default), name, where)
 
 
@@ -98,20 +101,19 @@ def parse_push_items(body: Any) -> list[dict]:
         raise bad_request("items is empty")
     if len(raw_items) > MAX_PUSH_ITEMS:
         raise bad_request(f"{len(raw_items)} items is over the cap of {MAX_PUSH_ITEMS} per call")
-    return [parse_push_item(raw, f"items[{i}]") for i, raw in enumerate(raw_items)]
+    # One clock read and one os.urandom for the call's messageIds, not one of each per item.
+    return [parse_push_item(raw, f"items[{i}]", message_id=message_id)
+            for i, (raw, message_id) in enumerate(zip(raw_items, new_message_ids(len(raw_items))))]
 
 
-def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset()) -> dict:
-    """One push item as the state's push path takes it (messageId minted here, by the proposer).
-    `extra_fields` names fields a caller handles itself (a transaction's `type`)."""
+def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset(),
+                    message_id: str | None = None) -> dict:
+    """One push item as the state's push path takes it (messageId minted here, by the proposer,
+    unless given). `extra_fields` names fields a caller handles itself (a transaction's `type`)."""
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
-    owned = sorted(k for k in raw if k in PUSH_SERVER_OWNED or k.startswith("_"))
-    if owned:
-        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
-    unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS - extra_fields)
-    if unknown:
-        raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if not raw.keys() <= PUSH_ITEM_FIELDS:  # else no field is unknown, server-owned or "_"-prefixed
+        _refuse_foreign_fields(raw, where, extra_fields)
     queue = _optional_name(raw, "queue", where)
     if queue is None:
         raise bad_request(f"{where}: queue is missing")
@@ -127,7 +129,7 @@ def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozens
             payload = decode_base64(raw["payloadB64"])
         except PayloadDecodeError as exc:
             raise bad_request(f"{where}: payloadB64 {exc}") from None
-    message_id = new_message_id()
+    message_id = message_id or new_message_id()
     return {
         "queue": queue,
         "partition": _optional_name(raw, "partition", where, DEFAULT_PARTITION),
@@ -137,6 +139,15 @@ def parse_push_item(raw: Any, where: str, extra_fields: frozenset[str] = frozens
         "traceId": _optional_string(raw, "traceId", where),
         "encrypted": False,
     }
+
+
+def _refuse_foreign_fields(raw: dict, where: str, extra_fields: frozenset[str]) -> None:
+    owned = sorted(k for k in raw if k in PUSH_SERVER_OWNED or k.startswith("_"))
+    if owned:
+        raise bad_request(f"{where}: {', '.join(owned)} is set by the server and may not be sent")
+    unknown = sorted(raw.keys() - PUSH_ITEM_FIELDS - extra_fields)
+    if unknown:
+        raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
 
 
 def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> list[dict]:
@@ -160,7 +171,7 @@ async def post_push(request: web.Request) -> web.Response:
     result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
-    return json_response({"results": result["results"]}, status=201)
+    return json_response({"results": result["results"]}, status=201, floats_finite=True)
 
 
 # --- pop -------------------------------------------------------------------------------------
@@ -213,7 +224,8 @@ async def get_pop(request: web.Request) -> web.Response:
                 result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
             if result is not None:
                 return json_response({"leaseId": result.get("leaseId"),
-                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]})
+                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]},
+                                     floats_finite=True)
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
@@ -286,7 +298,7 @@ async def _post_ack(request: web.Request, single: bool) -> web.Response:
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "ack refused")
-    return json_response({"results": result["results"]})
+    return json_response({"results": result["results"]}, floats_finite=True)
 
 
 async def post_ack(request: web.Request) -> web.Response:

@@ -58,10 +58,12 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -JSON_SAFE_INT <= value <= JSON_SAFE_INT
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None,
+                  floats_finite: bool = False) -> web.Response:
+    """floats_finite: the caller vouches that every float of body is finite (wire_json.dumps_finite)."""
     return web.Response(
         status=status,
-        body=wire_json.dumps(body),
+        body=(wire_json.dumps_finite if floats_finite else wire_json.dumps)(body),
         content_type="application/json",
         headers=headers or {},
     )

@@ -101,9 +101,14 @@ def holds_lone_surrogate(value: Any) -> bool:
     return False
 
 
+def may_hold_wide_integer(raw: bytes) -> bool:
+    """Whether the JSON text may hold an integer orjson would read as a float (past 64 bits)."""
+    return _LONG_DIGIT_RUN in raw.translate(_DIGITS_TO_ZERO)
+
+
 def loads(raw: bytes) -> Any:
     """The value `stdlib_loads(raw)` gives, raising what it raises; orjson reads it when it can."""
-    if _LONG_DIGIT_RUN not in raw.translate(_DIGITS_TO_ZERO):
+    if not may_hold_wide_integer(raw):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -126,3 +131,16 @@ def dumps(value: Any) -> bytes:
     if _NULL in text:  # a None, or a NaN/Infinity orjson wrote as null: let the stdlib say which
         return stdlib_dumps(value)
     return text
+
+
+def dumps_finite(value: Any) -> bytes:
+    """`dumps` for a value whose floats are all finite, which the caller vouches for: an answer
+    built from the state's strings, integers, booleans and None and from payloads read by a reader
+    that refuses NaN, Infinity and numbers past a double (api/codec.py). orjson writes such a
+    value's None as `null`, as the stdlib does, so its text is kept even where it holds `null` (a
+    pop's `traceId`); only what orjson refuses (integers past 64 bits, lone surrogates,
+    non-string keys) goes to the stdlib."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return stdlib_dumps(value)

@@ -105,6 +105,7 @@ class TenantGroup:
         self.journal_file = files.journal_file
         self.full_dump_file = files.full_dump_file
         self._consumer = ReplicatedTenantState(state_factory, state_restore, self._on_applied)
+        self._consumer.skip_unread_answers = True
         self._syncobj = build_syncobj(
             self_addr, self.peer_addrs, f"{self.bind_host}:{self_port}", self.dial_map, settings, files,
             self._consumer, self._on_state_changed,
@@ -184,7 +185,7 @@ class TenantGroup:
             self._deadlines = DeadlineSlots(loop, _time_out)
             # Looks up self._consumer.apply per entry (tests replace it to lose an answer).
             self._batcher = ProposalBatcher(
-                loop, lambda entry, on_answer: self._consumer.apply(entry, callback=on_answer), self._handoff.put
+                loop, lambda entry, on_answer: self._consumer.submit(entry, on_answer), self._handoff.put
             )
         elif self._loop is not loop:
             raise RuntimeError(f"group {self.tenant!r} is bound to another event loop")
@@ -226,7 +227,7 @@ class TenantGroup:
         try:
             if alone:
                 handoff, settle = self._handoff, functools.partial(settle_future, future)
-                self._consumer.apply(entry, callback=lambda result, error: handoff.put(settle, result, error))
+                self._consumer.submit(entry, lambda result, error: handoff.put(settle, result, error))
             else:
                 # Coalesced with the commands proposed around it into one entry (proposal_batch.py).
                 self._batcher.add(entry, future, timeout_s)

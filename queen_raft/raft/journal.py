@@ -184,6 +184,15 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
     def __len__(self) -> int:
         return len(self._offsets)
 
+    @property
+    def indexes(self) -> list[int]:
+        """Each entry's Raft index by position: what self[position][1] reads, without the command."""
+        return self._indexes
+
+    @property
+    def terms(self) -> list[int]:
+        return self._terms
+
     def __getitem__(self, item):
         if isinstance(item, slice):
             return JournalSlice(self, range(len(self._offsets))[item])

@@ -16,15 +16,15 @@ tick: the leader counts its own entries at the next tick's commit scan, after th
 flush of this tick (transport.GroupTransport._onTick), and followers' acknowledgements arrive in
 poll(), after both.
 
-Overrides SyncObj._checkCommandsToApply (wrapping it) and SyncObj._SyncObj__sendAppendEntries of
-pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
+SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
 """
 
 from __future__ import annotations
 
 from pysyncobj import SyncObj
 
-from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+from queen_raft.raft.log_index import IndexedLogSyncObj
 
 # Within one _checkCommandsToApply run (bounded by pysyncobj to appendEntriesPeriod), send what was
 # appended at least every this many entries: the first entry of a 2,048-command burst (max_in_flight)
@@ -33,8 +33,8 @@ from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
 APPEND_SEND_EVERY_ENTRIES = 64
 
 
-class CoalescingSyncObj(SnapshotGuardedSyncObj):
-    """SnapshotGuardedSyncObj (a LogMatchingSyncObj) whose leader sends AppendEntries once per batch of new commands."""
+class CoalescingSyncObj(IndexedLogSyncObj):
+    """IndexedLogSyncObj (a SnapshotGuardedSyncObj, a LogMatchingSyncObj) whose leader sends AppendEntries once per batch of new commands."""
 
     def __init__(self, *args, **kwargs):
         # Before super().__init__(): the tick thread may run before __init__ returns.
@@ -54,6 +54,22 @@ class CoalescingSyncObj(SnapshotGuardedSyncObj):
                 self._appends_waiting = 0
                 self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
                 SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _SyncObj__applyLogEntries(self):
+        # Applying a committed 256-op entry holds the tick thread on every replica, and stock
+        # pysyncobj applies before the tick appends the commands queued meanwhile (on the leader the
+        # next entry's send would wait on the apply) and before the tick callbacks flush the journal
+        # and release the acknowledgements held behind it (on a follower the next entry's commit
+        # would wait on the apply). Both go first, so the next commit round travels while this node
+        # applies. An acknowledgement leaves only after the flush that covers its entries, and the
+        # leader's own entries are flushed (here or in the tick callbacks) before its next commit
+        # scan counts it.
+        if self._SyncObj__transport.ready and self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied:
+            self._checkCommandsToApply()
+            flush_and_release = getattr(self._SyncObj__transport, "flush_and_release", None)
+            if flush_and_release is not None:
+                flush_and_release()
+        return SyncObj._SyncObj__applyLogEntries(self)
 
     def _SyncObj__sendAppendEntries(self):
         if self._coalescing_appends:

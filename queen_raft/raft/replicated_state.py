@@ -65,9 +65,38 @@ class ReplicatedTenantState(SyncObjConsumer):
         # Called on the tick thread after each apply with the state's next due instant.
         self._on_applied = on_applied
         self.internal_errors = 0
+        # Answers nobody reads: an entry this node did not propose is applied for its effect only
+        # (a follower applies every write of the leader's clients). With skip_unread_answers, the
+        # state is told (`answering`, when it has that attribute) to leave out the per-row result
+        # maps of such entries. This node's own entries are counted in by submit() (loop thread) and
+        # out by their answer (tick thread, after the apply): one writer each, so while one of them
+        # is unanswered, every apply here answers in full. An answer pysyncobj never delivers keeps
+        # this node answering in full, which costs time only.
+        self.skip_unread_answers = False
+        self.submitted = 0
+        self.answered = 0
+
+    def submit(self, entry: bytes, on_answer: Callable[[object, object], None]) -> None:
+        """Propose entry through pysyncobj (loop thread); on_answer(result, error) on the tick thread."""
+        def answered(result, error) -> None:
+            self.answered += 1
+            on_answer(result, error)
+
+        self.submitted += 1
+        try:
+            self.apply(entry, callback=answered)
+        except BaseException:
+            self.submitted -= 1  # never queued: nothing of ours is in flight for it
+            raise
+
+    def _tell_state_whether_answering(self) -> None:
+        state = self.state
+        if self.skip_unread_answers and getattr(state, "answering", None) is not None:
+            state.answering = self.submitted != self.answered
 
     @replicated
     def apply(self, entry):
+        self._tell_state_whether_answering()
         if is_batch_entry(entry):
             return self._apply_batch(entry)
         result, next_due, applied = self._apply_one(entry)

@@ -329,13 +329,7 @@ class GroupTransport(TCPTransport):
         self._keep_listening(now)
         self._close_expired_handshakes(now)
         self._report_refusals(now)
-        journal = self.group_commit_journal
-        if journal is not None:
-            journal.flush_if_dirty()
-            held_by_node, self._held = self._held, {}
-            for node, messages in held_by_node.items():
-                for message in messages:
-                    super().send(node, message)
+        self.flush_and_release()
         if getattr(self.journal, "disk_full", False):
             self._stand_aside()
         if not self._nodes:
@@ -346,6 +340,19 @@ class GroupTransport(TCPTransport):
             self.compaction_requests += 1
         self._trim_heap_after_a_burst()
         super()._onTick()
+
+    def flush_and_release(self) -> None:
+        """Group commit: flush the journal once, then send what was held behind the flush, in order
+        per peer. Tick thread; at every tick's end, and before a tick applies committed entries."""
+        journal = self.group_commit_journal
+        if journal is None:
+            return
+        journal.flush_if_dirty()
+        if self._held:
+            held_by_node, self._held = self._held, {}
+            for node, messages in held_by_node.items():
+                for message in messages:
+                    TCPTransport.send(self, node, message)
 
     def _stand_aside(self) -> None:
         """No leading and no election while the journal cannot write (see the module docstring)."""

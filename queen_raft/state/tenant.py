@@ -84,6 +84,11 @@ def collector_paused() -> Iterator[None]:
 
 
 class TenantState:
+    # False while the entry being applied is one whose answer nobody reads (raft/replicated_state.py):
+    # the schedule and push paths then leave out their per-row result maps. What the state becomes
+    # never depends on it, only what apply returns.
+    answering = True
+
     def __init__(self) -> None:
         self.clock = 0
         self.scheduling_paused = False
@@ -151,7 +156,7 @@ class TenantState:
     def _apply_timer_ops(self, ops: list[dict], producer_sub: str | None, policy: FirePolicy,
                          now: int) -> list[dict]:
         results, due_now, billed = apply_timer_ops(self.timers, ops, producer_sub, now,
-                                                   self.fired_memory)
+                                                   self.fired_memory, self.answering)
         self.billed += billed
         if due_now:
             self._count(fire(self.timers.take(due_now), self.timers, self.broker, policy, now,
@@ -188,8 +193,16 @@ class TenantState:
         producer_sub = command.get("producerSub")
         require(producer_sub is None or isinstance(producer_sub, str), "bad_request",
                 "producerSub must be a string")
-        results = [self.broker.push_item(item, index, producer_sub, now)
-                   for index, item in enumerate(items)]
+        if self.answering:
+            results = [self.broker.push_item(item, index, producer_sub, now)
+                       for index, item in enumerate(items)]
+        else:
+            results = []  # the same pushes, without a result map per item
+            push = self.broker.push_message
+            for item in items:
+                push(item["queue"], item.get("partition", DEFAULT_PARTITION), item["transactionId"],
+                     item["messageId"], item["payload"], producer_sub, item.get("traceId"),
+                     item.get("encrypted", False), now)
         self.billed += len(items)
         return {"results": results}
 

@@ -224,20 +224,23 @@ def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None
                       f"{table.count + added - removed} pending timers would exceed {max_pending}")
 
 
-def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None,
-                    now: int, memory: FiredMemory | None = None) -> tuple[list[dict], list[Timer], int]:
-    """`(results in input order, timers already due, billed schedule ops)`.
+def apply_timer_ops(table: TimerTable, ops: list[dict], producer_sub: str | None, now: int,
+                    memory: FiredMemory | None = None,
+                    answering: bool = True) -> tuple[list[dict], list[Timer], int]:
+    """`(results in input order, timers already due, billed schedule ops)`; with answering False
+    the results are left out (an empty list: nobody reads them), the ops applied all the same.
 
     A cancel of a key with no pending timer answers from `memory` when the key fired within its
     queue's dedup window (`fired` or `dead_lettered`, fired_memory.py), else `absent`; a cancel
     that removes a pending timer forgets the key's earlier fire.
     """
     results: list[dict] = []
+    row_results = results if answering else None
     due_now: list[Timer] = []
     billed = 0
     for op in ops:
         if op["op"] == SCHEDULE_ROWS:
-            billed += table.upsert_rows(op["rows"], producer_sub, now, results, due_now)
+            billed += table.upsert_rows(op["rows"], producer_sub, now, row_results, due_now)
             continue
         queue, key = op["queue"], op["timerKey"]
         if op["op"] == "cancel":

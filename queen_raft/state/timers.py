@@ -172,9 +172,10 @@ class TimerTable:
         return timer, True
 
     def upsert_rows(self, rows: list[list], producer_sub: str | None, now: int,
-                    results: list[dict], due_now: list[Timer]) -> int:
+                    results: list[dict] | None, due_now: list[Timer]) -> int:
         """`upsert` of each schedule row (timer_ops.ROW_FIELDS), staged alike, with its result
-        appended to `results` and, when already due, its timer to `due_now`; returns the count.
+        appended to `results` (unless None: nobody reads them) and, when already due, its timer to
+        `due_now`; returns the count.
 
         The same timers and results as one `upsert` per row, in one loop: no call per row, and
         the interned queue and partition of the previous row reused (a batch names few). A
@@ -221,8 +222,9 @@ class TimerTable:
             staged_due.append(timer)
             if deliver_at <= now:
                 due_now.append(timer)
-            results.append({"ok": True, "status": status, "queue": queue, "timerKey": key,
-                            "txn": txn, "messageId": message_id, "deliverAt": deliver_at})
+            if results is not None:
+                results.append({"ok": True, "status": status, "queue": queue, "timerKey": key,
+                                "txn": txn, "messageId": message_id, "deliverAt": deliver_at})
         self.count += added
         return len(rows)
 
