@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime
 
-.PHONY: venv venv-runtime test test-unit test-integration test-wheel test-flood cluster cluster-status bench bench-state bench-backup clean
+.PHONY: venv venv-runtime test test-unit test-integration test-wheel test-flood test-systemd cluster cluster-status bench bench-state bench-backup clean
 
 # With the test extras (`make test`); `make cluster` needs the runtime dependencies only.
 venv: $(STAMP)
@@ -46,6 +46,14 @@ test-wheel: venv
 test-flood: venv
 	FLOOD_CONNECTIONS=20000 FLOOD_MAX_CONNECTIONS=4096 FLOOD_HEALTH_STAT=max \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -s tests/integration/test_node_connection_flood.py
+
+# deploy/systemd/queen-raft@.service under a real systemd as PID 1: a Debian machine booted by
+# systemd-nspawn runs three instances (about a minute; the first run also debootstraps the machine
+# into data/systemd-rootfs, a few minutes more). Needs root. Not part of `make test`.
+test-systemd: venv
+	@command -v systemd-nspawn >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends systemd-container debootstrap; }
+	$(BIN)/python -m pytest -q -p no:cacheprovider -s tests/system/test_systemd_unit.py
 
 # Three nodes on 127.0.0.1 (HTTP 6632-6634): waits for every group's leader, prints URLs and tokens,
 # stops all three by PID on Ctrl-C. CLUSTER_CONFIG=cluster_configs/single.toml for one node.
