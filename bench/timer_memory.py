@@ -70,7 +70,7 @@ def measure(service: TimerService, quick: bool) -> dict:
 def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
     result = ScenarioResult("timer_memory", quick)
     figure = result.figure("bytes per pending timer beyond its payload (ours: RSS per node; Redis: used_memory; "
-                           "PostgreSQL: table+index on disk)", "B", "<= 500 (ours)")
+                           "PostgreSQL: table+index on disk)", "B", "<= 300 (ours)")
     for name, figures in each_system(names, lambda s: measure(s, quick)):
         result.details[name] = figures
         print(f"   {name}: {figures['bytes_per_timer_beyond_payload']}", flush=True)
