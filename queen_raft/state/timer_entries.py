@@ -106,7 +106,7 @@ def queue_and_key(entry: bytes) -> tuple[str, str]:
 def timer_of(entry: bytes, queue: str | None = None, key: str | None = None) -> tuple:
     """The 13-field Timer tuple of an entry; `queue` and `key`, when the caller knows them, spare
     decoding them again (the tuple then holds the caller's objects)."""
-    global _last_queue_bytes, _last_queue
+    global _last_queue
     queue_end = entry.index(0, 8)
     key_end = entry.index(0, queue_end + 1)
     if entry[queue_end + 1] == _ESCAPE or entry[key_end + 1] == _ESCAPE:  # a name holds a NUL
@@ -119,11 +119,12 @@ def timer_of(entry: bytes, queue: str | None = None, key: str | None = None) -> 
     else:  # the first NUL ends each name: neither holds one
         if queue is None:
             queue_bytes = entry[8:queue_end]
-            if queue_bytes == _last_queue_bytes:  # a fire takes a run of one queue's timers
-                queue = _last_queue
+            last = _last_queue  # one read: another thread may replace the pair meanwhile
+            if queue_bytes == last[0]:  # a fire takes a run of one queue's timers
+                queue = last[1]
             else:
-                queue = _last_queue = _intern(queue_bytes.decode("utf-8", "surrogatepass"))
-                _last_queue_bytes = queue_bytes
+                queue = _intern(queue_bytes.decode("utf-8", "surrogatepass"))
+                _last_queue = (queue_bytes, queue)
         if key is None:
             key = entry[queue_end + 1:key_end].decode("utf-8", "surrogatepass")
     (partition, txn, message_id, payload, payload_zstd, encrypted, producer_sub, retry,
@@ -136,7 +137,7 @@ def timer_of(entry: bytes, queue: str | None = None, key: str | None = None) -> 
             created_at if updated_at is None else updated_at)
 
 
-# The last queue name `timer_of` decoded, and its interned str: a cache of one pure function's
-# result, the same on every replica whatever it holds.
-_last_queue_bytes = b""
-_last_queue = ""
+# The last queue name `timer_of` decoded and its interned str, as one pair replaced whole (reads
+# may decode on another thread than the apply's): a cache of a pure function's result, so the
+# state is the same on every replica whatever it holds.
+_last_queue = (b"", "")
