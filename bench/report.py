@@ -17,7 +17,7 @@ REPO_ROOT = RESULTS_DIR.parents[1]
 SHARED_CORES_NOTE = "2 cores shared by the servers and the load generator"
 SYSTEM_ORDER = ("queen-raft", "etcd", "redis", "postgres")
 SCENARIO_ORDER = ("schedule_throughput", "fire_lag", "due_million", "failover", "recovery", "queue_throughput",
-                  "timer_memory")
+                  "timer_memory", "ten_million")
 
 
 def today() -> str:

@@ -75,7 +75,7 @@ def measure(service: TimerService, quick: bool) -> dict:
 def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioResult:
     result = ScenarioResult("timer_memory", quick)
     figure = result.figure("bytes per pending timer beyond its payload (ours: RSS per node; etcd: RSS per member; "
-                           "Redis: used_memory; PostgreSQL: table+index on disk)", "B", "<= 500 (ours)")
+                           "Redis: used_memory; PostgreSQL: table+index on disk)", "B", "<= 300 (ours)")
     load_cpu = result.figure(f"load: {CPU_FIGURE_NOTE} per timer op", "us")
     for name, figures in each_system(names, lambda s: measure(s, quick)):
         result.details[name] = figures

@@ -21,6 +21,7 @@ from .fired_memory import (
     FiredMemory,
 )
 from .partition import MSG_CREATED_AT, MSG_ID, MSG_TXN, Partition
+from .timer_entries import entry_of, timer_of
 from .timers import R_DELIVER_AT, T_CREATED_AT, T_DUE_AT, T_KEY, T_QUEUE, T_RETRY, T_UPDATED_AT, \
     TIMER_FIELDS, TimerTable
 
@@ -40,18 +41,20 @@ def check_timer_table(table: TimerTable, clock: int) -> None:
     in_maps = sum(len(timers) for timers in table.by_queue.values())
     require(table.count == len(table.due) == in_maps,
             f"timer count {table.count}, due index {len(table.due)}, key maps {in_maps}")
-    for timer in table.due:
+    for entry in table.due:
+        timer = timer_of(entry)
         queue, key = timer[T_QUEUE], timer[T_KEY]
-        require(table.by_queue.get(queue, {}).get(key) is timer,
+        require(table.by_queue.get(queue, {}).get(key) is entry,
                 f"due index holds {queue}/{key}, which its queue's key map does not")
+        require(entry_of(timer) == entry, f"the entry of {queue}/{key} does not encode its timer")
         check_timer(timer, clock)
-    for earlier, later in pairwise(table.due):
+    for earlier, later in pairwise(table.iter_due()):
         require(earlier[:3] < later[:3], f"due index out of order or repeated at {later[:3]}")
     require(table.keys.keys() == table.by_queue.keys(), "key index and key maps name different queues")
     for queue, timers in table.by_queue.items():
         require(timers, f"queue {queue!r} has an empty key map")
         require(list(table.keys[queue]) == sorted(timers), f"key index of {queue!r} differs from its key map")
-    require(table.next_due_at() == (table.due[0][T_DUE_AT] if table.due else None), "next_due_at")
+    require(table.next_due_at() == (timer_of(table.due[0])[T_DUE_AT] if table.due else None), "next_due_at")
 
 
 def check_timer(timer: tuple, clock: int) -> None:

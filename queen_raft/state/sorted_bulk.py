@@ -11,7 +11,8 @@ These functions work on sortedcontainers' internals (`_lists`, `_maxes`, `_index
 invariants as SortedList's own methods would: the sublists sorted and ordered, `_maxes` the last
 value of each, every sublist but the last at least half the load and at most twice it, and the
 positional index dropped (SortedList rebuilds it on the next positional access; the fire and
-schedule paths make none). tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
+schedule paths make none). They look only at the sublists they change, so their cost does not
+grow with the number of pending timers. tests/unit/test_state_sorted_bulk.py checks them with `SortedList._check()`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def drop_first(entries: SortedList, count: int) -> None:
     if remaining:
         del lists[0][:remaining]
     entries._len -= count
-    _rebalance(entries)
+    # Only the first sublist changed (whole sublists before it went).
+    _merge_short(entries, [0])
 
 
 def remove_sorted(entries: SortedList, values: list) -> None:
@@ -65,29 +67,37 @@ def remove_sorted(entries: SortedList, values: list) -> None:
                 del sublist[bisect_left(sublist, values[index], start)]
         touched.append(pos)
         first = end
-    for pos in reversed(touched):
-        sublist = lists[pos]
-        if sublist:
-            maxes[pos] = sublist[-1]
+    emptied: list[int] = []
+    kept: list[int] = []  # positions of the changed sublists that stay, after the empty ones go
+    for pos in touched:
+        if lists[pos]:
+            kept.append(pos - len(emptied))
         else:
-            del lists[pos]
-            del maxes[pos]
+            emptied.append(pos)
+    for pos in reversed(emptied):
+        del lists[pos]
+        del maxes[pos]
+    for pos in kept:
+        maxes[pos] = lists[pos][-1]
     entries._len -= len(values)
-    _rebalance(entries)
+    _merge_short(entries, kept)
 
 
-def _rebalance(entries: SortedList) -> None:
-    """Merge every sublist but the last that fell under half the load into its successor
-    (splitting the result when it exceeds twice the load), and drop the positional index."""
+def _merge_short(entries: SortedList, changed: list[int]) -> None:
+    """Merge each sublist at `changed` (ascending positions; the only sublists that shrank) that
+    fell under half the load, but the last, into its successor (splitting the result when over
+    twice the load), and drop the positional index.
+
+    Only the changed sublists are looked at, never all of them: a fire's cost must not grow with
+    the number of pending timers. From the highest position down, so a merge (or the split after
+    it) moves only positions already done. A successor that was not changed holds at least half
+    the load, and one that was changed has been merged already, so one merge suffices.
+    """
     del entries._index[:]
     lists, maxes = entries._lists, entries._maxes
     half = entries._load >> 1
-    if len(lists) < 2 or min(map(len, lists[:-1])) >= half:
-        return
-    pos = 0
-    while pos < len(lists) - 1:
-        if len(lists[pos]) >= half:
-            pos += 1
+    for pos in reversed(changed):
+        if pos >= len(lists) - 1 or len(lists[pos]) >= half:
             continue
         lists[pos].extend(lists[pos + 1])
         del lists[pos + 1]
@@ -147,20 +157,21 @@ def _split_oversized(entries: SortedList, touched: list[int], added: int) -> Non
     positional index.
 
     Adding only lengthens sublists, so only the last chunk of a cut can be under half the load:
-    without a cut no sublist needs merging and `_rebalance`'s scan of every sublist length is
-    skipped (it was most of a one-value insert: 9 us into 200 sublists, on every replica, twice
-    per single-op schedule)."""
+    those alone are merged (`_merge_short`), never a scan of every sublist."""
     lists, maxes, load = entries._lists, entries._maxes, entries._load
     entries._len += added
-    cut = False
+    last_chunks: list[int] = []  # positions of each cut's last chunk, the only short sublists
     for pos in reversed(touched):
         sublist = lists[pos]
         if len(sublist) > load << 1:
             chunks = [sublist[start:start + load] for start in range(0, len(sublist), load)]
             lists[pos:pos + 1] = chunks
             maxes[pos:pos + 1] = [chunk[-1] for chunk in chunks]
-            cut = True
-    if cut:
-        _rebalance(entries)
+            # The cuts already made are above this one: they moved up by the chunks added here.
+            last_chunks = [later + len(chunks) - 1 for later in last_chunks]
+            last_chunks.append(pos + len(chunks) - 1)
+    if last_chunks:
+        last_chunks.reverse()
+        _merge_short(entries, last_chunks)
     else:
         del entries._index[:]

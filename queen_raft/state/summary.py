@@ -17,9 +17,11 @@ from .timers import T_DUE_AT, T_QUEUE
 NEXT_DUE_SCAN = 10_000
 
 
-def next_due_by_queue(due, wanted: set[str], scan: int = NEXT_DUE_SCAN) -> tuple[dict[str, int], int | None]:
+def next_due_by_queue(due, pending: int, wanted: set[str],
+                      scan: int = NEXT_DUE_SCAN) -> tuple[dict[str, int], int | None]:
     """({queue: its earliest dueAt} for the queues met in the first `scan` due timers, the dueAt the
-    walk stopped at when it stopped before meeting every wanted queue, else None)."""
+    walk stopped at when it stopped before meeting every wanted queue, else None). `due` yields
+    the `pending` timers in fire order."""
     found: dict[str, int] = {}
     last_due = None
     for timer in islice(due, scan):
@@ -27,14 +29,14 @@ def next_due_by_queue(due, wanted: set[str], scan: int = NEXT_DUE_SCAN) -> tuple
         found.setdefault(timer[T_QUEUE], last_due)
         if len(found) == len(wanted):
             return found, None
-    return found, (last_due if len(due) > scan else None)
+    return found, (last_due if pending > scan else None)
 
 
 def queue_summaries(state, scan: int = NEXT_DUE_SCAN) -> list[dict]:
     """One row per queue that has pending timers or exists in the broker, sorted by name."""
     timers, queues = state.timers, state.broker.queues
     pending = {name: len(rows) for name, rows in timers.by_queue.items() if rows}
-    next_due, walk_stop = next_due_by_queue(timers.due, set(pending), scan)
+    next_due, walk_stop = next_due_by_queue(timers.iter_due(), len(timers.due), set(pending), scan)
     rows = []
     for name in sorted(set(pending) | set(queues)):
         queue = queues.get(name)

@@ -437,7 +437,7 @@ class TenantState:
         state.scheduling_paused = paused
         state.billed = billed
         state.fired = dict(zip(FIRE_RESULTS, fired))
-        state.timers = TimerTable.from_wire(timers)
+        state.timers = TimerTable.from_wire(timers, version)
         state.broker = Broker.from_wire(broker)
         state.kv = KvStore.from_wire(kv)
         # A format-1 snapshot was written before fires were remembered: it remembers none.

@@ -161,7 +161,7 @@ def check_required_pending(table: TimerTable, ops: list[dict], index_base: int =
         if op["op"] == SCHEDULE_ROWS:
             position += len(op["rows"])
             continue
-        if op["op"] == "cancel" and op.get(REQUIRE_PENDING) and table.get(op["queue"], op["timerKey"]) is None:
+        if op["op"] == "cancel" and op.get(REQUIRE_PENDING) and not table.contains(op["queue"], op["timerKey"]):
             raise Refusal(TIMER_NOT_PENDING, f"timer {op['queue']}/{op['timerKey']} is not pending "
                           "(fired, cancelled or never scheduled)", position)
         position += 1
@@ -212,9 +212,9 @@ def check_quota(table: TimerTable, ops: list[dict], max_pending: object) -> None
     added = removed = 0
     for op in ops:
         if op["op"] == SCHEDULE_ROWS:
-            added += sum(table.get(row[0], row[1]) is None for row in op["rows"])
+            added += sum(not table.contains(row[0], row[1]) for row in op["rows"])
             continue
-        exists = table.get(op["queue"], op["timerKey"]) is not None
+        exists = table.contains(op["queue"], op["timerKey"])
         if op["op"] == "cancel":
             removed += exists
         elif not exists:

@@ -1,27 +1,25 @@
 """The timer table and its due index (the fire of due timers is fire.py).
 
-Layout, chosen for a million pending timers (see bench/state_bench.py for the measured bytes):
+Layout, chosen so that ten million pending timers fit a node (see bench/state_bench.py for the
+measured bytes):
 
-- A timer is a plain tuple of TIMER_FIELDS, read by the index constants below (as a partition's
-  messages are). Its first three fields, (dueAt, queue, timerKey), are unique among pending
-  timers, so tuple order is the fire order and two timers never compare beyond them: the tuple is
-  its own entry in the due index. A plain tuple of strings, ints, bytes, bools and None is
-  untracked by CPython's cyclic collector after the first collection it meets, so a million
-  pending timers add almost nothing to a full collection, where a tuple subclass would make every
-  full collection walk them all (docs/performance.md); a failed timer's retry tuple, itself atoms,
-  may take one more collection. A change (a failed fire) is a new
-  tuple put back into the table. Queue names, partitions and producerSubs are interned: a million
-  timers of one queue share one string. A txn equal to the timerKey (as many clients send, the
-  bench among them) is stored as the key's own str object: one string per timer instead of two.
-- What only a failed fire changes (attempts, lastError, and deliverAt, which then differs from
-  dueAt) is one `retry` field, None until the first failure, then an (attempts, lastError,
-  deliverAt) tuple: two tuple slots (16 B) fewer on every timer that never failed.
-- `by_queue[queue][timerKey] -> timer` finds a timer; `keys[queue]` (a SortedList of keys) serves
+- A pending timer is stored as one bytes object, its entry (timer_entries.py): dueAt, queue and
+  timerKey first, encoded so that bytes order is (dueAt, queue, timerKey) order, then the other
+  fields packed. The entry is the due index's element and the value of the queue's key map, one
+  object for both, and bytes are never tracked by the cyclic collector, so millions of pending
+  timers add nothing to a full collection (docs/performance.md).
+- Outside the table a timer is a plain tuple of TIMER_FIELDS, read by the index constants below,
+  made from its entry when read (`get`, the fire's `take_due`, listings). What only a failed fire
+  changes (attempts, lastError, and deliverAt, which then differs from dueAt) is one `retry`
+  field, None until the first failure, then an (attempts, lastError, deliverAt) tuple. Queue
+  names, partitions and producerSubs in a tuple are interned. A txn equal to the timerKey is the
+  key's own str object.
+- `by_queue[queue][timerKey] -> entry` finds a timer; `keys[queue]` (a SortedList of keys) serves
   the keyset listing ordered by timerKey (str order is the order of the UTF-8 bytes); `due` (a
-  SortedList of the timers) gives the fire order and `next_due_at`.
-- Snapshot columns are WIRE_FIELDS (the layout before the retry field: snapshots stay
-  compatible), written in due order: the bytes depend only on the pending timers, never
-  on the history of a dict, and a restore rebuilds the due index from an already sorted list.
+  SortedList of the entries) gives the fire order and `next_due_at`.
+- The snapshot holds the entries themselves, in due order, and per queue its keys in key order
+  with each key's position in the due order (timer_wire.py): the bytes depend only on the pending
+  timers, and a restore builds every index from lists already sorted, in C loops.
 
 Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 
@@ -46,10 +44,11 @@ from collections import deque
 from itertools import islice, takewhile
 from operator import itemgetter, methodcaller
 
-import msgpack
 from sortedcontainers import SortedList
 
+from . import timer_wire
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
+from .timer_entries import due_bytes, due_of, entry_of, make_entry, name_bytes, timer_of
 
 _intern = sys.intern
 
@@ -62,7 +61,7 @@ TIMER_FIELDS = ("due_at", "queue", "key", "partition", "txn", "message_id", "pay
  T_ENCRYPTED, T_PRODUCER_SUB, T_RETRY, T_CREATED_AT, T_UPDATED_AT) = range(len(TIMER_FIELDS))
 # The retry field, once a fire has failed: (attempts, lastError, deliverAt).
 R_ATTEMPTS, R_LAST_ERROR, R_DELIVER_AT = range(3)
-# The snapshot's columns, in order.
+# The columns of a format-2 snapshot (timer_wire.py reads them).
 WIRE_FIELDS = ("due_at", "queue", "key", "partition", "txn", "message_id", "payload",
                "payload_zstd", "encrypted", "producer_sub", "attempts", "last_error",
                "deliver_at", "created_at", "updated_at")
@@ -95,41 +94,51 @@ def timer_row(timer: Timer) -> dict:
 
 class TimerTable:
     def __init__(self) -> None:
-        self.by_queue: dict[str, dict[str, Timer]] = {}
+        self.by_queue: dict[str, dict[str, bytes]] = {}
         self.keys: dict[str, SortedList] = {}
-        # The timers themselves, in tuple order: (dueAt, queue, timerKey) first, unique per
-        # pending timer, so the order is the fire order.
+        # The entries (timer_entries.py), in bytes order, which is the fire order.
         self.due = SortedList()
         self.count = 0
-        # Timers, and the keys of new timers by queue, upserted but not yet in the sorted indexes.
-        self._staged_due: list[Timer] = []
+        # Entries, and the keys of new timers by queue, upserted but not yet in the sorted indexes.
+        self._staged_due: list[bytes] = []
         self._staged_keys: dict[str, list[str]] = {}
 
     def get(self, queue: str, key: str) -> Timer | None:
         timers = self.by_queue.get(queue)
-        return None if timers is None else timers.get(key)
+        entry = None if timers is None else timers.get(key)
+        return None if entry is None else timer_of(entry)
+
+    def contains(self, queue: str, key: str) -> bool:
+        timers = self.by_queue.get(queue)
+        return timers is not None and key in timers
 
     def insert(self, timer: Timer) -> None:
-        queue = timer[T_QUEUE]
+        queue = _intern(timer[T_QUEUE])
         timers = self.by_queue.get(queue)
         if timers is None:
             timers = self.by_queue[queue] = {}
             self.keys[queue] = SortedList()
-        timers[timer[T_KEY]] = timer
+        entry = timers[timer[T_KEY]] = entry_of(timer)
         self.keys[queue].add(timer[T_KEY])
-        self.due.add(timer)
+        self.due.add(entry)
         self.count += 1
 
     def remove(self, timer: Timer) -> None:
         queue, key = timer[T_QUEUE], timer[T_KEY]
         timers = self.by_queue[queue]
-        del timers[key]
-        self.due.remove(timer)
+        self.due.remove(timers.pop(key))
         self.keys[queue].remove(key)
         self.count -= 1
         if not timers:
             del self.by_queue[queue]
             del self.keys[queue]
+
+    def _queue_map(self, queue: str) -> dict[str, bytes]:
+        timers = self.by_queue.get(queue)
+        if timers is None:
+            timers = self.by_queue[queue] = {}
+            self.keys[queue] = SortedList()
+        return timers
 
     def upsert(self, queue: str, key: str, partition: str, deliver_at: int, txn: str,
                message_id: str, payload: bytes, payload_zstd: bool, encrypted: bool,
@@ -142,34 +151,25 @@ class TimerTable:
         one once) nor read the sorted indexes.
         """
         queue = _intern(queue)
-        timers = self.by_queue.get(queue)
-        if timers is None:
-            timers = self.by_queue[queue] = {}
-            self.keys[queue] = SortedList()
+        partition = _intern(partition)
+        timers = self._queue_map(queue)
         old = timers.get(key)
+        created_at = now
         if old is None:
-            if txn == key:  # one str object for both (see the module docstring)
-                txn = key
-            timer = timers[key] = (deliver_at, queue, key, _intern(partition), txn, message_id,
-                                   payload, payload_zstd, encrypted, producer_sub, None, now,
-                                   now)
-            staged_keys = self._staged_keys.get(queue)
-            if staged_keys is None:
-                staged_keys = self._staged_keys[queue] = []
-            staged_keys.append(key)
-            self._staged_due.append(timer)
+            self._staged_keys.setdefault(queue, []).append(key)
             self.count += 1
-            return timer, False
-        key = old[T_KEY]
-        if txn == key:
+        else:
+            self.due.remove(old)
+            # A reschedule keeps createdAt: the key has been pending since then.
+            created_at = timer_of(old, queue, key)[T_CREATED_AT]
+        if txn == key:  # one str object for both
             txn = key
-        self.due.remove(old)
-        # A reschedule keeps createdAt: the key has been pending since then.
-        timer = timers[key] = (deliver_at, queue, key, _intern(partition), txn, message_id,
-                               payload, payload_zstd, encrypted, producer_sub, None,
-                               old[T_CREATED_AT], now)
-        self._staged_due.append(timer)
-        return timer, True
+        timers[key] = entry = make_entry(due_bytes(deliver_at) + name_bytes(queue), key, partition,
+                                         txn, message_id, payload, payload_zstd, encrypted,
+                                         producer_sub, None, created_at, now, deliver_at)
+        self._staged_due.append(entry)
+        return (deliver_at, queue, key, partition, txn, message_id, payload, payload_zstd,
+                encrypted, producer_sub, None, created_at, now), old is not None
 
     def upsert_rows(self, rows: list[list], producer_sub: str | None, now: int,
                     results: list[dict] | None, due_now: list[Timer]) -> int:
@@ -177,51 +177,49 @@ class TimerTable:
         appended to `results` (unless None: nobody reads them) and, when already due, its timer to
         `due_now`; returns the count.
 
-        The same timers and results as one `upsert` per row, in one loop: no call per row, and
-        the interned queue and partition of the previous row reused (a batch names few). A
-        256-row entry applies on every replica; the per-row call and lookups were half its cost.
+        The same entries and results as one `upsert` per row, in one loop: no call per row, and
+        the queue's map and the entry prefix of the previous row reused (a batch names few
+        queues and often one delay). A 256-row entry applies on every replica.
         """
-        by_queue = self.by_queue
         staged_due = self._staged_due
         last_queue = last_partition = timers = staged_keys = None
+        last_deliver_at = prefix = None
         added = 0
         for queue, key, partition, delay, txn, message_id, payload, payload_zstd, encrypted in rows:
+            deliver_at = now + delay
             if queue != last_queue:
                 last_queue = queue = _intern(queue)
-                timers = by_queue.get(queue)
-                if timers is None:
-                    timers = by_queue[queue] = {}
-                    self.keys[queue] = SortedList()
+                timers = self._queue_map(queue)
                 staged_keys = None  # this queue's list of new keys, once it has one
+                last_deliver_at = None
             else:
                 queue = last_queue
             if partition != last_partition:
                 last_partition = _intern(partition)
-            deliver_at = now + delay
+            if deliver_at != last_deliver_at:
+                last_deliver_at = deliver_at
+                prefix = due_bytes(deliver_at) + name_bytes(queue)
             old = timers.get(key)
+            created_at = now
             if old is None:
-                stored_txn = key if txn == key else txn  # one str object for both
-                timer = timers[key] = (deliver_at, queue, key, last_partition, stored_txn,
-                                       message_id, payload, payload_zstd, encrypted,
-                                       producer_sub, None, now, now)
                 if staged_keys is None:
                     staged_keys = self._staged_keys.setdefault(queue, [])
                 staged_keys.append(key)
                 status = "scheduled"
                 added += 1
             else:
-                stored_key = old[T_KEY]
-                stored_txn = stored_key if txn == stored_key else txn
                 self.due.remove(old)
                 # A reschedule keeps createdAt: the key has been pending since then.
-                timer = timers[stored_key] = (deliver_at, queue, stored_key, last_partition,
-                                              stored_txn, message_id, payload, payload_zstd,
-                                              encrypted, producer_sub, None, old[T_CREATED_AT],
-                                              now)
+                created_at = timer_of(old, queue, key)[T_CREATED_AT]
                 status = "rescheduled"
-            staged_due.append(timer)
+            timers[key] = entry = make_entry(prefix, key, last_partition, txn, message_id, payload,
+                                             payload_zstd, encrypted, producer_sub, None,
+                                             created_at, now, deliver_at)
+            staged_due.append(entry)
             if deliver_at <= now:
-                due_now.append(timer)
+                due_now.append((deliver_at, queue, key, last_partition, key if txn == key else txn,
+                                message_id, payload, payload_zstd, encrypted, producer_sub, None,
+                                created_at, now))
             if results is not None:
                 results.append({"ok": True, "status": status, "queue": queue, "timerKey": key,
                                 "txn": txn, "messageId": message_id, "deliverAt": deliver_at})
@@ -242,7 +240,11 @@ class TimerTable:
             self._staged_keys = {}
 
     def next_due_at(self) -> int | None:
-        return self.due[0][0] if self.due else None
+        return due_of(self.due[0]) if self.due else None
+
+    def iter_due(self):
+        """The pending timers in fire order, each made from its entry as the walk reaches it."""
+        return map(timer_of, self.due)
 
     def take_due(self, now: int, max_count: int, max_bytes: int) -> list[Timer]:
         """Remove and return the due timers of one fire, in (dueAt, queue, timerKey) order.
@@ -252,10 +254,14 @@ class TimerTable:
         """
         taken: list[Timer] = []
         total = 0
+        # An entry begins with its dueAt, biased to sort as bytes: every entry due after `now` is at
+        # or past the 8 bytes of now + 1, every entry due by then is below them.
+        not_due = due_bytes(now + 1)
         # Iterating the SortedList walks its sublists; islice by position would build its index.
-        for timer in islice(self.due, max_count):
-            if timer[T_DUE_AT] > now:
+        for entry in islice(self.due, max_count):
+            if entry >= not_due:
                 break
+            timer = timer_of(entry)
             size = len(timer[T_PAYLOAD])
             if taken and total + size > max_bytes:
                 break
@@ -319,76 +325,17 @@ class TimerTable:
         truncated = len(page) > limit
         page = page[:limit]
         timers = self.by_queue[queue]
-        return {"rows": [timer_row(timers[key]) for key in page], "truncated": truncated,
+        return {"rows": [timer_row(timer_of(timers[key], queue, key)) for key in page],
+                "truncated": truncated,
                 "nextAfter": page[-1] if truncated else None}
 
-    def to_wire(self) -> bytes:
-        """msgpack of the timers as columns (one list per field), rows in due order.
-
-        Due order makes the bytes depend on the pending timers alone (never on a dict's history)
-        and lets `from_wire` build the due index from a sorted list. The timers are the rows, so
-        the columns are one transpose in C; a restore gets columns without transposing (the
-        slower side: it also builds the objects). The blob is its own msgpack value so it unpacks
-        as tuples while the rest of the snapshot keeps lists.
-        """
-        columns = list(zip(*self.due))
-        if columns:
-            retries = columns[T_RETRY]
-            # Back to WIRE_FIELDS: the retry column as its three, so snapshots keep one format; it
-            # adds about 5 % to a million-timer snapshot (docs/performance.md).
-            columns[T_RETRY:T_RETRY + 1] = (
-                [0 if retry is None else retry[R_ATTEMPTS] for retry in retries],
-                [None if retry is None else retry[R_LAST_ERROR] for retry in retries],
-                [due_at if retry is None else retry[R_DELIVER_AT]
-                 for due_at, retry in zip(columns[T_DUE_AT], retries)])
-        return msgpack.packb(columns, use_bin_type=True)
+    def to_wire(self) -> list:
+        """The timers as timer_wire.py lays them out (format 3)."""
+        return timer_wire.table_to_wire(self)
 
     @classmethod
-    def from_wire(cls, blob: bytes) -> TimerTable:
-        """Rebuild from columns in due order: the due index is built from a sorted list.
-
-        Column by column with `map` and `zip` (C loops) rather than one Python loop per row: a
-        million-timer restore spends most of its time here.
-        """
-        columns = msgpack.unpackb(blob, use_list=False, raw=False)
+    def from_wire(cls, wire, version: int) -> TimerTable:
+        """Rebuild from a snapshot's timers of the given snapshot format."""
         table = cls()
-        if not columns:
-            return table
-        (due_ats, queues, keys, partitions, txns, message_ids, payloads, zstds, encrypteds,
-         subs, attempts, last_errors, deliver_ats, created, updated) = columns
-        del columns
-        queues = list(map(_intern, queues))
-        timers = list(zip(due_ats, queues, keys, map(_intern, partitions),
-                          map(_shared_text, txns, keys), message_ids,
-                          payloads, zstds, encrypteds, map(_intern_optional, subs),
-                          map(_retry, attempts, last_errors, deliver_ats, due_ats), created,
-                          updated))
-        by_queue = table.by_queue
-        for queue, key, timer in zip(queues, keys, timers):
-            timers_of_queue = by_queue.get(queue)
-            if timers_of_queue is None:
-                timers_of_queue = by_queue[queue] = {}
-            timers_of_queue[key] = timer
-        table.due = SortedList(timers)
-        table.keys = {queue: SortedList(timers_of_queue)
-                      for queue, timers_of_queue in by_queue.items()}
-        table.count = len(timers)
+        timer_wire.fill_table(table, wire, version)
         return table
-
-
-def _intern_optional(name: str | None) -> str | None:
-    return name if name is None else _intern(name)
-
-
-def _shared_text(txn: str, key: str) -> str:
-    """txn, as the timerKey object when equal: one str per timer instead of two."""
-    return key if txn == key else txn
-
-
-def _retry(attempts: int, last_error: str | None, deliver_at: int,
-           due_at: int) -> tuple | None:
-    """The retry field from its snapshot columns: None for a timer that never failed (every
-    failure sets lastError, so a failed one never has all three at their initial values)."""
-    if last_error is None and attempts == 0 and deliver_at == due_at:
-        return None
-    return (attempts, last_error, deliver_at)

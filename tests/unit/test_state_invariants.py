@@ -3,11 +3,13 @@ entries, and it names each kind of corruption it is there to catch, made by hand
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from queen_raft.state import TenantState
 from queen_raft.state.fired_memory import F_WHERE
 from queen_raft.state.invariants import InvariantViolation
+from queen_raft.state.timer_entries import entry_of, name_bytes, queue_and_key, timer_of
 from queen_raft.state.timers import T_KEY, T_QUEUE, T_UPDATED_AT
 
 NOW = 1_700_000_000_000
@@ -66,8 +68,23 @@ def leave_a_timer_staged(state):
 
 
 def replace_a_timer_in_its_key_map_only(state):
-    timer = state.timers.due[0]
-    state.timers.by_queue[timer[T_QUEUE]][timer[T_KEY]] = timer[:T_UPDATED_AT] + (timer[T_UPDATED_AT] + 1,)
+    timer = timer_of(state.timers.due[0])
+    state.timers.by_queue[timer[T_QUEUE]][timer[T_KEY]] = entry_of(timer[:T_UPDATED_AT] + (timer[T_UPDATED_AT] + 1,))
+
+
+def store_an_entry_in_a_second_encoding(state):
+    """The same timer, its default partition spelled out instead of nil: it decodes alike, but two
+    replicas holding it in different bytes would write different snapshots."""
+    entry = state.timers.due[0]
+    queue, key = queue_and_key(entry)
+    start = 8 + len(name_bytes(queue)) + len(name_bytes(key))
+    fields = list(msgpack.unpackb(entry[start:], raw=False))
+    assert fields[0] is None
+    fields[0] = "Default"
+    wrong = entry[:start] + msgpack.packb(fields, use_bin_type=True)
+    state.timers.due.remove(entry)
+    state.timers.due.add(wrong)
+    state.timers.by_queue[queue][key] = wrong
 
 
 def miscount_pushed(state):
@@ -123,7 +140,7 @@ def file_a_fire_under_another_key(state):
 
 @pytest.mark.parametrize("corrupt", [
     drop_from_due_index, drop_from_key_index, miscount_timers, leave_a_timer_staged,
-    replace_a_timer_in_its_key_map_only, miscount_pushed, forget_a_lease_in_the_broker,
+    replace_a_timer_in_its_key_map_only, store_an_entry_in_a_second_encoding, miscount_pushed, forget_a_lease_in_the_broker,
     lease_a_settled_offset, dedup_names_another_message, unqueue_a_dedup_expiry,
     drop_a_dlq_index_entry, miscount_remembered_settlements, unindex_a_kv_expiry,
     point_a_fire_at_another_offset, answer_from_a_record_outside_the_order, file_a_fire_under_another_key,

@@ -161,3 +161,41 @@ def test_insert_sorted_of_a_run_takes_the_slice_path():
         check_after(entries, sorted(list(range(0, 3000, 10)) + [501, 502, 511]))
     finally:
         sorted_bulk.insort = real_insort
+
+
+class CountingList(list):
+    """A sublist that counts how often its length is asked: a scan of every sublist asks each."""
+
+    asked = 0
+
+    def __len__(self) -> int:
+        CountingList.asked += 1
+        return super().__len__()
+
+
+def counting(entries: SortedList) -> SortedList:
+    entries._lists[:] = [CountingList(sublist) for sublist in entries._lists]
+    CountingList.asked = 0
+    return entries
+
+
+@pytest.mark.parametrize("change", ["drop_first", "remove_sorted", "insert_sorted"])
+def test_a_bulk_change_looks_only_at_the_sublists_it_changes(change):
+    """A fire or a schedule must cost the same with ten thousand sublists as with ten: the bulk
+    changes check the lengths of the sublists they touched, never of all of them."""
+    values = list(range(0, 80_000, 2))
+    entries = counting(filled(8, values))
+    assert len(entries._lists) >= 5_000
+    if change == "drop_first":
+        drop_first(entries, 5)
+        expected = values[5:]
+    elif change == "remove_sorted":
+        remove_sorted(entries, [40_000, 40_002, 40_004, 40_006, 40_008])
+        expected = [v for v in values if not 40_000 <= v <= 40_008]
+    else:
+        # Into the middle, and a run past the end that cuts the last sublist into chunks.
+        added = list(range(40_001, 40_041, 2)) + list(range(80_001, 80_200))
+        insert_sorted(entries, added)
+        expected = sorted(values + added)
+    assert CountingList.asked < 50
+    check_after(entries, expected)

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from queen_raft.state import TenantState
-from queen_raft.state.timers import T_KEY, T_RETRY, T_TXN, WIRE_FIELDS
+from queen_raft.state.timers import T_KEY, T_RETRY, T_TXN, WIRE_FIELDS, TimerTable
 
 T0 = 1_700_000_000_000
 COUNT = 12
@@ -76,8 +76,8 @@ def test_a_reschedule_shares_the_key_too_and_keeps_a_different_txn():
 
 def test_the_retry_field_stays_none_until_a_failure_and_restores_exactly():
     """attempts, lastError and deliverAt live in one field, None until a fire fails; transient
-    (attempts stays 0) and permanent failures both peek alike before and after a restore, and the
-    snapshot keeps its WIRE_FIELDS columns."""
+    (attempts stays 0) and permanent failures both peek alike before and after a restore, and a
+    format-2 snapshot's WIRE_FIELDS columns still restore to the same table."""
     state = TenantState()
     state.apply({"op": "configure", "now": T0, "queue": "q", "options": {"maxSize": 1}})
     broken = dict(schedule("broken", "t-broken", delay=0), payloadZstd=True)
@@ -95,13 +95,25 @@ def test_the_retry_field_stays_none_until_a_failure_and_restores_exactly():
     assert peeks["full"]["dueAt"] > T0
     restored = TenantState.restore(state.snapshot())
     assert {key: restored.peek_timer("q", key) for key in peeks} == peeks
-    assert [timer[T_RETRY] for timer in restored.timers.due] == [
-        timer[T_RETRY] for timer in state.timers.due]
+    assert [timer[T_RETRY] for timer in restored.timers.iter_due()] == [
+        timer[T_RETRY] for timer in state.timers.iter_due()]
     assert restored.snapshot() == state.snapshot()
-    wire = msgpack.unpackb(state.timers.to_wire(), raw=False)
-    assert len(wire) == len(WIRE_FIELDS)
-    by_key = dict(zip(wire[WIRE_FIELDS.index("key")], zip(*wire)))
+    columns = format_2_columns(state)
+    by_key = dict(zip(columns[WIRE_FIELDS.index("key")], zip(*columns)))
     attempts, last_error, deliver_at = (WIRE_FIELDS.index(name)
                                         for name in ("attempts", "last_error", "deliver_at"))
     assert [by_key["later"][i] for i in (attempts, last_error, deliver_at)] == [0, None, T0 + 100]
     assert [by_key["full"][i] for i in (attempts, last_error, deliver_at)] == [0, "queue_full", T0]
+    old = TimerTable.from_wire(msgpack.packb(columns, use_bin_type=True), 2)
+    assert list(old.iter_due()) == list(state.timers.iter_due())
+    assert old.to_wire() == state.timers.to_wire()
+
+
+def format_2_columns(state: TenantState) -> list[list]:
+    """The timers as a format-2 snapshot held them: one column per WIRE_FIELDS, rows in due order,
+    the retry field as its three columns (attempts, lastError, deliverAt)."""
+    rows = []
+    for timer in state.timers.iter_due():
+        retry = timer[T_RETRY] or (0, None, timer[0])
+        rows.append([*timer[:T_RETRY], *retry, *timer[T_RETRY + 1:]])
+    return [list(column) for column in zip(*rows)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from queen_raft.state import TenantState
+from queen_raft.state.timer_entries import timer_of
+from queen_raft.state.timers import T_KEY
 
 T0 = 1_700_000_000_000
 
@@ -255,8 +257,8 @@ def test_timers_are_per_queue():
 
 def test_pending_timers_leave_the_cyclic_collector_alone():
     """A million pending timers must not be walked by every full collection (timers.py layout):
-    each timer, scheduled, rescheduled, failed back into the table or restored, is a plain tuple
-    of atoms (or, once failed, of atoms and a tuple of atoms) that the collector untracks."""
+    each timer, scheduled, rescheduled, failed back into the table or restored, is stored as one
+    bytes entry, which the collector never tracks."""
     import gc
 
     state = TenantState()
@@ -269,7 +271,8 @@ def test_pending_timers_leave_the_cyclic_collector_alone():
     gc.collect()
     gc.collect()
     for table in (state.timers, restored.timers):
-        for key in ("plain", "moved", "broken"):
-            timer = table.get("q", key)
-            assert type(timer) is tuple and not gc.is_tracked(timer), key
+        assert len(table.due) == 3
+        for entry in table.due:
+            assert type(entry) is bytes and not gc.is_tracked(entry)
+            assert table.by_queue["q"][timer_of(entry)[T_KEY]] is entry
     assert state.peek_timer("q", "broken")["attempts"] == 1
