@@ -7,7 +7,7 @@ config.py reads the rest of the file (nodes, tenants, tokens) and re-exports wha
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
 ENCRYPTION_KEY_RE = re.compile(r"^[0-9a-fA-F]{64}$")  # AES-256: 32 bytes as hex
@@ -130,6 +130,8 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     _SettingSpec("timer_tick_ms", "QUEEN_RAFT_TIMER_TICK_MS", 50, _parse_int, _int_at_least(0)),
     _SettingSpec("timer_min_gap_ms", "QUEEN_RAFT_TIMER_MIN_GAP_MS", 5, _parse_int, _int_at_least(0)),
     _SettingSpec("timer_fire_batch", "QUEEN_RAFT_TIMER_FIRE_BATCH", 256, _parse_int, _int_at_least(1)),
+    # During a backlog each full tick doubles the next one's batch up to this (queen_raft/raft/fire_batch.py).
+    _SettingSpec("timer_fire_batch_max", "QUEEN_RAFT_TIMER_FIRE_BATCH_MAX", 4096, _parse_int, _int_at_least(1)),
     _SettingSpec("timer_fire_max_bytes", "QUEEN_RAFT_TIMER_FIRE_MAX_BYTES", 4 * MIB, _parse_int, _int_at_least(1)),
     _SettingSpec("commit_timeout_ms", "QUEEN_RAFT_COMMIT_TIMEOUT_MS", 5000, _parse_int, _int_at_least(1)),
     _SettingSpec("fsync", "QUEEN_RAFT_FSYNC", "group", _parse_str, _one_of("group", "off")),
@@ -199,6 +201,7 @@ class Settings:
     timer_tick_ms: int = 50
     timer_min_gap_ms: int = 5
     timer_fire_batch: int = 256
+    timer_fire_batch_max: int = 4096
     timer_fire_max_bytes: int = 4 * MIB
     commit_timeout_ms: int = 5000
     fsync: str = "group"
@@ -249,6 +252,7 @@ class Settings:
 
 assert {spec.key for spec in SETTING_SPECS} == {f.name for f in fields(Settings)}, "settings table and dataclass differ"
 assert all(getattr(Settings(), spec.key) == spec.default for spec in SETTING_SPECS), "defaults differ"
+assert Settings().timer_fire_batch <= Settings().timer_fire_batch_max, "the fire batch ceiling is below its base"
 
 
 def _named_once(names: Mapping[str, Any], name: str, old_name: str | None, what: str, source: str) -> str | None:
@@ -293,4 +297,15 @@ def _parse_settings(table: dict, env: Mapping[str, str], source: str) -> Setting
         raise ConfigError(f"{source}: election_min_s must exceed 3 x append_entries_period_s")
     if settings.timer_fire_backoff_min_ms > settings.timer_fire_backoff_max_ms:
         raise ConfigError(f"{source}: timer_fire_backoff_min_ms must not exceed timer_fire_backoff_max_ms")
-    return settings
+    return _fire_batch_ceiling_checked(settings, table, env, source)
+
+
+def _fire_batch_ceiling_checked(settings: Settings, table: dict, env: Mapping[str, str], source: str) -> Settings:
+    """The backlog ceiling must not be below the base fire batch. Named below it: refused. Left at
+    its default below a larger configured base (a configuration written before the ceiling
+    existed): the ceiling is the base, so the batch stays as configured and the node starts."""
+    if settings.timer_fire_batch_max >= settings.timer_fire_batch:
+        return settings
+    if "timer_fire_batch_max" in table or "QUEEN_RAFT_TIMER_FIRE_BATCH_MAX" in env:
+        raise ConfigError(f"{source}: timer_fire_batch_max must not be below timer_fire_batch")
+    return replace(settings, timer_fire_batch_max=settings.timer_fire_batch)

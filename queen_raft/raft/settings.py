@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from queen_raft.config import ELECTION_MAX_CEILING_S, HTTP_MAX_BODY_CEILING, Settings
+from queen_raft.raft.fire_batch import FireBatchBounds
 
 MiB = 1024 * 1024
 
@@ -94,6 +95,7 @@ SETTINGS_FIELDS = {
     "commit_timeout_ms": "commit_timeout_ms",
     "tick_ms": "timer_tick_ms",
     "min_gap_ms": "timer_min_gap_ms",
+    "fire_batch_max": "timer_fire_batch_max",
     "fsync": "fsync",
     "election_min_s": "election_min_s",
     "election_max_s": "election_max_s",
@@ -121,6 +123,9 @@ class RaftSettings:
     # every replica applies the same batch and backs a failure off alike. Compared, not hashed (a
     # mapping is not hashable): RaftSettings stays usable as a key.
     fire_policy: Mapping[str, int] = field(default_factory=_DEFAULTS.fire_policy, hash=False)
+    # During a backlog the leader doubles a tick's fireBatch up to this (raft/fire_batch.py); a
+    # base batch above it is its own ceiling (no growth).
+    fire_batch_max: int = _DEFAULTS.timer_fire_batch_max
     # "group": one journal flush per pysyncobj tick before a follower acknowledges and before the
     # leader counts itself; term/vote fsynced. "off": no fsync (survives kill -9, not power loss).
     fsync: str = _DEFAULTS.fsync
@@ -162,6 +167,8 @@ class RaftSettings:
             raise ValueError("max_in_flight must be > 0")
         if self.fire_policy.get("fireBatch", 1) <= 0 or self.fire_policy.get("fireMaxBytes", 1) <= 0:
             raise ValueError("the fire policy's fireBatch and fireMaxBytes must be > 0")
+        if self.fire_batch_max <= 0:
+            raise ValueError("fire_batch_max must be > 0")
         if not self.election_min_s > 3 * self.append_entries_period_s:
             # pysyncobj's validate() asserts this; say it in our words first.
             raise ValueError("election_min_s must exceed 3 x append_entries_period_s")
@@ -174,5 +181,11 @@ class RaftSettings:
 
     @property
     def tick_policy(self) -> dict[str, int]:
-        """The `policy` of a tick command (docs/commands.md)."""
+        """The `policy` of a tick command (docs/commands.md), at the base fire batch: a copy the
+        tick loop sets its adaptive `fireBatch` in."""
         return dict(self.fire_policy)
+
+    @property
+    def fire_batch_bounds(self) -> FireBatchBounds:
+        base = self.fire_policy.get("fireBatch", _DEFAULTS.timer_fire_batch)
+        return FireBatchBounds(base, max(base, self.fire_batch_max))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from queen_raft import clock
 from queen_raft.raft.errors import GroupUnavailable
+from queen_raft.raft.fire_batch import next_fire_batch
 from queen_raft.raft.settings import RaftSettings
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class TickRun:
     more_due: bool = False
     in_flight: set = field(default_factory=set)  # the tasks of ticks proposed and not yet settled
     outcomes: collections.deque = field(default_factory=collections.deque)  # (more_due, backoff_s)
+    fire_batch: int = 1  # the next tick's policy.fireBatch (fire_batch.py)
 
 
 class TickLoop:
@@ -269,7 +271,7 @@ class TickLoop:
 
     async def _tick_until_failure(self) -> None:
         """Decide, carry the decision out, again, while not stopping (see the module docstring)."""
-        run = TickRun()
+        run = TickRun(fire_batch=self.settings.fire_batch_bounds.base)
         try:
             while not self._stopping:
                 await self._carry_out(self._next_decision(run), run)
@@ -293,6 +295,7 @@ class TickLoop:
             self._signal_below_ms = math.inf
         else:
             run.more_due = False  # ticks still in flight end on their own (commit, error or timeout)
+            run.fire_batch = self.settings.fire_batch_bounds.base  # a new leadership starts there
         # During a drain the state is not read: the apply lock is held for a whole fire batch's
         # apply, and waiting on it here would stall the loop thread that long.
         next_due_ms = self._next_due_at() if leading and not run.more_due else None
@@ -317,16 +320,20 @@ class TickLoop:
             # (up to a few ms when the loop is busy), so a stamp taken there could follow the
             # previous one by less than the gap.
             run.last_tick_s = self._loop.time()
-            command = {"op": "tick", "policy": self.settings.tick_policy, "now": clock.wall_ms()}
-            run.in_flight.add(self._loop.create_task(self._tick_once(command, run.outcomes, run.in_flight)))
+            policy = self.settings.tick_policy
+            policy["fireBatch"] = run.fire_batch  # the leader's batch travels in the command
+            command = {"op": "tick", "policy": policy, "now": clock.wall_ms()}
+            run.in_flight.add(self._loop.create_task(self._tick_once(command, run)))
 
-    async def _tick_once(self, command: dict, outcomes: collections.deque, in_flight: set) -> None:
-        """Propose the tick command; leave in_flight, report (more_due, backoff_s), then wake the loop.
+    async def _tick_once(self, command: dict, run: TickRun) -> None:
+        """Propose the tick command; leave in_flight, report (more_due, backoff_s) and set the next
+        fire batch from the answer, then wake the loop.
 
         Leaving in_flight here, before the wake, matters: a done-callback would run only after the
         woken loop has looked at in_flight, and it would wait on a tick that is already over.
         """
         settings = self.settings
+        outcomes, in_flight = run.outcomes, run.in_flight
         result = None
         try:
             self.ticks_proposed += 1
@@ -352,6 +359,9 @@ class TickLoop:
                 outcome = (bool(result.get("moreDue")), 0.0)
         finally:
             in_flight.discard(asyncio.current_task())
+        fired = result.get("fired", 0) if result is not None else 0
+        run.fire_batch = next_fire_batch(settings.fire_batch_bounds, run.fire_batch,
+                                         command["policy"]["fireBatch"], fired, outcome[0])
         outcomes.append(outcome)
         self._wake.set()
         if result is not None:

@@ -12,6 +12,10 @@ message in the window) and each timer filed in the DLQ is remembered for the que
 (fired_memory.py); the memory is trimmed once, after the whole fire. The hot path of
 FiredMemory.remember is inlined too: the memory's order is bound once per fire, and the current
 queue's key map in it at the queue's first remembered fire.
+
+A fire batch is mostly runs of one queue and one partition, so what the loop needs of them (the
+queue's limits, the partition, pruned once per fire) is looked up once per run: names are interned,
+so a run is told by identity, and a lookup is redone only where the name changes.
 """
 
 from __future__ import annotations
@@ -46,23 +50,21 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     tally = FireTally(len(timers))
     lags = tally.lags
     appended = duplicate = 0
-    queue_name = queue = partitions = fired_answers = None
+    queue_name = partition_key = queue = partition = fired_answers = None
     pruned: set[Partition] = set()
     keep_in_order = None if memory is None else memory.order.append
     for timer in timers:
         (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
          encrypted, producer_sub, retry, created_at, _) = timer
         if retry is not None: deliver_at = retry[R_DELIVER_AT]  # a failed timer: deliverAt is not its dueAt
-        if name is not queue_name:
-            queue_name = name
-            fired_answers = None
+        if name is not queue_name:  # a new run of one queue (see the module docstring)
+            queue_name, partition_key, fired_answers = name, None, None
             queue = broker.queues.get(name) or broker.queue(name)
-            partitions = queue.partitions
-        partition = partitions.get(partition_name)
+            max_payload, max_size, window_ms = queue.max_payload_bytes, queue.max_size, queue.dedup_window_ms
+        if partition_name is not partition_key:
+            partition_key = partition_name
+            partition = _pruned_partition(queue, partition_name, pruned, now)
         if partition is not None:
-            if partition not in pruned:
-                partition.prune(now, queue.retention_ms)
-                pruned.add(partition)
             entry = partition.dedup.get(txn)
             if entry is not None and entry[2] > now:  # Partition.find_duplicate
                 duplicate += 1
@@ -70,16 +72,18 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                 _remember(memory, queue, timer, entry[0], entry[1], now)
                 continue
         if payload_zstd:  # a str is why it does not decompress
-            payload = decompress_bounded(payload, queue.max_payload_bytes)
-        error = payload if isinstance(payload, str) else queue.admit(len(payload))
+            payload = decompress_bounded(payload, max_payload)
+            error = payload if isinstance(payload, str) else queue.admit(len(payload))
+        else:  # Queue.admit, its common case inlined
+            error = queue.admit(len(payload)) if len(payload) > max_payload or max_size else None
         if error is None:
-            if partition is None:
+            if partition is None:  # created now: it holds only what this fire appends
                 partition = queue.partition(partition_name)
+                pruned.add(partition)
             # Partition.append, inlined: the message, then its dedup entry and expiry.
             log = partition.log
             offset = partition.base + len(log)
             log.append((txn, message_id, payload, now, producer_sub, None, encrypted))
-            window_ms = queue.dedup_window_ms
             if window_ms > 0:
                 expires_at = now + window_ms
                 partition.dedup[txn] = (offset, message_id, expires_at)
@@ -96,10 +100,18 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         _retry_or_file(timer, queue, error, table, broker, policy, now, memory, tally)
     if memory is not None:
         memory.trim(now)
-    # Broker.append's count, once for the whole fire.
-    broker.pushed += appended
+    broker.pushed += appended  # Broker.append's count, once for the whole fire
     tally.appended, tally.duplicate = appended, duplicate
     return tally
+
+
+def _pruned_partition(queue: Queue, name: str, pruned: set[Partition], now: int) -> Partition | None:
+    """The queue's partition (None when missing), pruned at `now` once per fire."""
+    partition = queue.partitions.get(name)
+    if partition is not None and partition not in pruned:
+        partition.prune(now, queue.retention_ms)
+        pruned.add(partition)
+    return partition
 
 
 def _remember(memory: FiredMemory | None, queue: Queue, timer: Timer, offset_or_dlq_id, message_id: str,

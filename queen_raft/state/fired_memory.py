@@ -102,21 +102,28 @@ class FiredMemory:
 
     def trim(self, now: int) -> None:
         """Drop from the front every record over the count bound, expired at `now`, or no longer
-        its key's answer. Each record is dropped once: O(1) amortized per fire."""
+        its key's answer. Each record is dropped once: O(1) amortized per fire. The front is mostly
+        one queue's fires in a row (interned names): its key map is looked up once per run."""
         order = self.order
+        by_queue = self.by_queue
         # Read at call time, not imported by value, so a test can lower the bound to watch eviction.
         bound = limits.MAX_REMEMBERED_FIRES
+        queue = answers = None
         while order:
             oldest = order[0]
-            answers = self.by_queue.get(oldest[F_QUEUE])
-            live = answers is not None and answers.get(oldest[F_KEY]) is oldest
+            if oldest[F_QUEUE] is not queue:
+                queue = oldest[F_QUEUE]
+                answers = by_queue.get(queue)
+            key = oldest[F_KEY]
+            live = answers is not None and answers.get(key) is oldest
             if live and len(order) <= bound and oldest[F_EXPIRES_AT] > now:
                 return
             order.popleft()
             if live:
-                del answers[oldest[F_KEY]]
+                del answers[key]
                 if not answers:
-                    del self.by_queue[oldest[F_QUEUE]]
+                    del by_queue[queue]
+                    answers = None
 
     def is_live(self, record: tuple) -> bool:
         answers = self.by_queue.get(record[F_QUEUE])

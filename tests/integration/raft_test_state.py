@@ -65,6 +65,7 @@ class TimerLogState:
             lags.append(self.clock - due_at)
         return {
             "now": self.clock,  # the tick's stamp: when the leader proposed it
+            "fireBatch": batch,  # the batch the command carried (the leader's adaptive batch)
             "fired": len(taken),
             "lagsMs": lags,
             "moreDue": len(due) > len(taken),

@@ -96,7 +96,9 @@ async def test_an_earlier_timer_wakes_the_sleeping_tick(groups):
 
 
 async def test_more_due_goes_again_at_the_minimum_gap_not_the_cap(groups):
-    group = await started(groups(RaftSettings(tick_ms=1000, min_gap_ms=20, fire_policy=Settings(timer_fire_batch=10).fire_policy())))
+    # A fixed batch of 10 (no backlog growth, fire_batch_max = 10): the firing ticks are exact.
+    group = await started(groups(RaftSettings(tick_ms=1000, min_gap_ms=20, fire_batch_max=10,
+                                              fire_policy=Settings(timer_fire_batch=10).fire_policy())))
     ticks = record_ticks(group)
     await group.propose({"op": "timers", "keys": [f"k{i:02d}" for i in range(35)], "delayMs": 100})
     await wait_until(lambda: sum(r["fired"] for _, r in ticks) == 35, 3.0)
@@ -130,7 +132,8 @@ async def test_a_drain_pipelines_ticks_at_the_gap_and_fires_each_timer_once(tmp_
     # ~30 ms apart; pipelined, proposals follow at the gap while earlier ticks are still applying.
     port = next(_PORTS)
     addr = f"127.0.0.1:{port}"
-    group = TenantGroup("t", addr, [addr], str(tmp_path), RaftSettings(tick_ms=1000, min_gap_ms=5, fire_policy=Settings(timer_fire_batch=10).fire_policy()),
+    group = TenantGroup("t", addr, [addr], str(tmp_path), RaftSettings(tick_ms=1000, min_gap_ms=5, fire_batch_max=10,
+                                                                     fire_policy=Settings(timer_fire_batch=10).fire_policy()),
                         SlowTickState, SlowTickState.restore)
     try:
         await started(group)

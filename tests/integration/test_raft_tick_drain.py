@@ -35,6 +35,11 @@ DRAIN_WAIT_S = 10.0
 MIN_GAP_MS = 5
 FIRE_BATCH = 10
 TIMERS = 400  # 40 firing ticks at the gap: ~0.2 s
+# A backlog that grows the batch 10, 20, 40, 80 and then fires 80 per tick, and a second, smaller
+# one after the first has cleared.
+GROWN_FIRE_BATCH_MAX = 80
+GROWN_BACKLOG = 2_000
+SECOND_BACKLOG = 30
 
 
 async def wait_until(predicate, timeout_s: float) -> None:
@@ -63,7 +68,8 @@ async def test_drain_ticks_are_never_closer_than_the_gap_nor_batched(tmp_path, m
     monkeypatch.setattr(tick_module, "split_gap_wait", recorded_split)
     (port,) = pick_port_runs(1, 1)
     addr = f"127.0.0.1:{port}"
-    settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS,
+    # The batch held at FIRE_BATCH (no backlog growth): the count of firing ticks is then exact.
+    settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS, fire_batch_max=FIRE_BATCH,
                             fire_policy=Settings(timer_fire_batch=FIRE_BATCH).fire_policy())
     group = TenantGroup("t", addr, [addr], str(tmp_path), settings, TimerLogState, TimerLogState.restore)
     try:
@@ -91,5 +97,36 @@ async def test_drain_ticks_are_never_closer_than_the_gap_nor_batched(tmp_path, m
         # Gaps were waited out, in whole ms on the loop (a drain tick's result usually arrives
         # well inside the gap).
         assert any(loop_wait_s > 0 for loop_wait_s, _ in waits), waits
+    finally:
+        group.destroy()
+
+
+async def test_a_backlog_doubles_the_fire_batch_up_to_the_ceiling_and_a_new_one_starts_at_the_base(tmp_path):
+    """Each tick that fired its whole batch with more due doubles the next one's, up to
+    fire_batch_max; the batch travels in the tick command (the test state answers what it got)."""
+    (port,) = pick_port_runs(1, 1)
+    addr = f"127.0.0.1:{port}"
+    settings = RaftSettings(tick_ms=1000, min_gap_ms=MIN_GAP_MS, fire_batch_max=GROWN_FIRE_BATCH_MAX,
+                            fire_policy=Settings(timer_fire_batch=FIRE_BATCH).fire_policy())
+    group = TenantGroup("t", addr, [addr], str(tmp_path), settings, TimerLogState, TimerLogState.restore)
+    try:
+        group.start_tick_loop(asyncio.get_running_loop())
+        await wait_until(lambda: group.is_leader, SELF_ELECTION_WAIT_S)
+        ticks: list[dict] = []
+        group.on_tick_result = lambda result, lags: ticks.append(result)
+        for backlog, size in enumerate((GROWN_BACKLOG, SECOND_BACKLOG)):
+            before = len(ticks)
+            keys = [f"b{backlog}-{i:05d}" for i in range(size)]
+            await group.propose({"op": "timers", "keys": keys, "delayMs": 50})
+            await wait_until(lambda: sum(r["fired"] for r in ticks[before:]) == size, DRAIN_WAIT_S)
+            await wait_until(lambda: len(ticks) == group.ticks_proposed, DRAIN_WAIT_S)
+            batches = [r["fireBatch"] for r in ticks[before:] if r["fired"]]
+            assert batches[0] == FIRE_BATCH, batches  # every backlog starts at the base batch
+            assert max(batches) == GROWN_FIRE_BATCH_MAX or backlog == 1, batches
+            assert all(r["fired"] <= r["fireBatch"] <= GROWN_FIRE_BATCH_MAX for r in ticks[before:])
+            # Never more than a doubling from one firing tick to the next, never a shrink mid-drain.
+            assert all(b <= 2 * a and b >= a for a, b in zip(batches, batches[1:])), batches
+        fired = group.peek_local(lambda s: [f[0] for f in s.fired])
+        assert len(fired) == len(set(fired)) == GROWN_BACKLOG + SECOND_BACKLOG
     finally:
         group.destroy()
