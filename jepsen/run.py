@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 import time
@@ -25,6 +26,7 @@ from jepsen.cluster import TENANT, TOKEN_ADMIN, TOKEN_READ_WRITE, Cluster, Clust
 from jepsen.generator import DEFAULT_CONCURRENCY, RunPlan, final_phase, make_plan, run_clients
 from jepsen.history import HistoryWriter, fault_windows, pair_operations
 from jepsen.nemesis import SNAPSHOT_FAULTS, Nemesis
+from jepsen.power import MOUNT_DIR_NAME, POWER_CAMPAIGN, PowerDisks, check_starts_after_power_loss, needs_lazy_fs
 from jepsen.report import (CONSUMER_PROCESS_BASE, draw_timeline, point_latest, render_markdown, summarize, verdict_word,
                            write_results)
 from jepsen.snapshots import snapshot_fault_notes
@@ -111,6 +113,8 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
         for consumer in consumers:
             consumer.stopped.set()
         await asyncio.gather(*consumer_tasks)
+        if cluster.disks is not None:
+            final.state["power_restarts"] = cluster.disks.restarts
         if loaded is not None:
             admin = {node.id: NodeClient(session, node.base_url, TOKEN_ADMIN) for node in cluster.nodes.values()}
             read = await preload.read_back(client, admin, await asyncio.to_thread(cluster.leader) or cluster.node_ids[0])
@@ -127,15 +131,21 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
     run_dir.mkdir(parents=True)
     point_latest(options.store, run_dir)
     workload = make_workload(options.workload)
-    cluster = Cluster(run_dir, ClusterSpec(settings=dict(HARNESS_SETTINGS)))
+    lazy = needs_lazy_fs(options.nemesis)
+    cluster = Cluster(run_dir, ClusterSpec(settings=dict(HARNESS_SETTINGS),
+                                           data_dir_name=MOUNT_DIR_NAME if lazy else "data"))
     plan = make_plan(workload, options.nemesis, options.seed, options.duration_s, options.rate,
                      len(cluster.node_ids), options.concurrency, options.preload)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=1) + "\n", encoding="utf-8")
     history = HistoryWriter(run_dir / "history.jsonl")
-    notes: list[str] = []
+    notes: list[str] = [f"nodes ran with QUEEN_RAFT_FSYNC={os.environ.get('QUEEN_RAFT_FSYNC', 'group')}"
+                        + (", their data dirs on lazy filesystems (jepsen/lazyfs/)" if lazy else "")]
     started_wall_ms = int(time.time() * 1000)
     properties: dict = {}
     try:
+        if lazy:
+            cluster.disks = PowerDisks(run_dir, cluster.node_ids)
+            cluster.disks.mount_all()
         if not cluster.boot(BOOT_TIMEOUT_S):
             notes.append(f"the cluster did not become healthy within {BOOT_TIMEOUT_S:.0f} s of boot; see nodes/*.log")
         else:
@@ -155,6 +165,8 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
     finally:
         history.close()
         cluster.close()
+        if cluster.disks is not None:
+            cluster.disks.close(cluster)
     (run_dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1) + "\n", encoding="utf-8")
     operations = pair_operations(history.events)
     notes += snapshot_fault_notes(history.events, SNAPSHOT_FAULTS)
@@ -195,6 +207,8 @@ def judge(workload, operations, windows, final) -> dict:
     loaded = final.state.get("preload")
     if loaded:
         properties["preload_retained"] = preload.check_preload_retained(loaded["result"], loaded["read"])
+    if "power_restarts" in final.state:
+        properties["starts_after_power_loss"] = check_starts_after_power_loss(final.state["power_restarts"])
     return properties
 
 
@@ -232,6 +246,7 @@ CAMPAIGN = (
     + [("queue", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]
     + [("dedup", nemesis, 1, 0) for nemesis in ("kill", "mixed")]
     + [("txn", nemesis, 1, 0) for nemesis in ("kill", "partition", "mixed")]
+    + POWER_CAMPAIGN
 )
 CAMPAIGN_DURATION_S = 60.0
 

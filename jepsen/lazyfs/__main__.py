@@ -46,6 +46,7 @@ def main(argv: list[str]) -> int:
         report = operations.ledger.power_off(armed.get("torn"))
         print(json.dumps({"power_off": report.to_json()}), flush=True)
     else:
+        operations.ledger.settle()
         print(json.dumps({"unmounted": True}), flush=True)
     return 0
 

@@ -146,6 +146,12 @@ class Ledger:
                 os.unlink(path)
                 self.files.pop(inode, None)
 
+    def settle(self) -> None:
+        """A clean unmount: everything is durable now; the ledger's own directory goes."""
+        shutil.rmtree(os.path.join(self.root, HIDDEN), ignore_errors=True)
+        self.files.clear()
+        self.dirs.clear()
+
     # -- power loss --------------------------------------------------------------------------------
 
     def _index(self) -> dict[int, str]:

@@ -102,8 +102,9 @@ class LazyMount:
         """A clean unmount (keeps everything); ends the daemon by its PID if it does not exit."""
         if self.process is None:
             return
-        if os.path.ismount(self.mountpoint):
-            self._unmount()
+        if os.path.ismount(self.mountpoint) and not self._unmount():
+            # Still busy: detach it now (the daemon exits once the last file is closed).
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True)
         try:
             self.process.wait(MOUNT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
