@@ -147,15 +147,18 @@ def _next_record(mapped, offset: int, end: int, version: int, previous: tuple[in
 
 
 def _unwritten_sector(mapped, offset: int, end: int, length: int) -> int | None:
-    """The first SECTOR_BYTES-aligned sector overlapping the record at `offset` that reads all zeros
-    (to the end of the file), or None. The record's extent is what its head claims when that fits
-    before `end`, else everything to `end`."""
+    """Where the record at `offset` meets a sector that was never written, or None: a
+    SECTOR_BYTES-aligned sector whose part from the record's start (or the sector's) to the sector's
+    end (or the file's) reads all zeros, at least a record head long (a few zero bytes in a record
+    prove nothing). The record's extent is what its head claims when that fits before `end`, else
+    everything to `end`."""
     size = RECORD_HEAD.unpack_from(mapped, offset)[0] if offset + RECORD_HEAD.size <= end else 0
     claimed = offset + RECORD_HEAD.size + size - INDEX_TERM_BYTES + RECORD_TAIL_BYTES
     stop = claimed if INDEX_TERM_BYTES <= size and claimed <= end else end
     for sector in range(offset - offset % SECTOR_BYTES, stop, SECTOR_BYTES):
-        if not bytes(mapped[sector:min(sector + SECTOR_BYTES, length)]).strip(b"\0"):
-            return sector
+        start, finish = max(sector, offset), min(sector + SECTOR_BYTES, length)
+        if finish - start >= RECORD_HEAD.size and not bytes(mapped[start:finish]).strip(b"\0"):
+            return start
     return None
 
 
@@ -168,7 +171,8 @@ def scan_records(mapped, length: int, path: str) -> ScannedJournal:
     unwritten sector reads as zeros. Two shapes are torn tails:
 
     - the bytes from some record to the header's end offset are all zero;
-    - a record fails its check and one of the SECTOR_BYTES-aligned sectors it overlaps is all zero.
+    - a record fails its check and its part of one of the SECTOR_BYTES-aligned sectors it overlaps
+      reads all zeros (its first sector: from the record's start on).
       It and every record after it are dropped: appends go in file order and a flush covers all
       that was written before it, so a record written after one that never reached the disk was
       never flushed either, even if all of it did reach the disk.

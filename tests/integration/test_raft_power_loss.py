@@ -55,3 +55,43 @@ async def test_a_new_group_dir_survives_a_power_loss_after_an_acknowledged_write
     lazy.mount()
     assert (data_dir / "raft.journal").exists(), "the group's directory did not survive the power loss"
     assert (data_dir / "raft.journal.meta").exists()
+
+
+ENTRIES = [(b"\x01" + bytes([i]) * 1500, i, 1) for i in range(1, 13)]
+REPLACEMENTS = [(b"\x02" + bytes([i]) * 700, i, 2) for i in range(6, 12)]
+
+
+def _crash(journal) -> None:
+    """Close the journal as a kill -9 does: unmapped and closed, never flushed (_destroy msyncs)."""
+    stored = journal._FileJournal__journalFile
+    stored.mm.close()
+    stored.file.close()
+
+
+def test_a_torn_power_loss_after_a_log_truncation_leaves_a_journal_that_loads(lazy):
+    """A follower whose log conflicts with the leader's truncates it and appends the leader's entries
+    over its old ones. A power loss before the next flush can leave, sector by sector, old records and
+    new ones under the new end offset: the node must still start, on at least what it had flushed."""
+    from queen_raft.raft.journal import GroupCommitJournal
+
+    path = str(lazy.mountpoint / "raft.journal")
+    for seed in range(1, 25):
+        journal = GroupCommitJournal(path, None)
+        journal.clear()
+        for entry in ENTRIES:
+            journal.add(*entry)
+        assert journal.flush_if_dirty()
+        fd = os.open(lazy.mountpoint, os.O_RDONLY)
+        os.fsync(fd)  # the journal's directory entry
+        os.close(fd)
+        journal.deleteEntriesFrom(5)
+        for entry in REPLACEMENTS:
+            journal.add(*entry)  # not flushed
+        _crash(journal)
+        lazy.power_off(torn_seed=seed)
+        lazy.mount()
+        reopened = GroupCommitJournal(path, None)
+        loaded = list(reopened)
+        reopened._destroy()
+        assert loaded[:5] == ENTRIES[:5], seed
+        assert loaded[5:] == REPLACEMENTS[:len(loaded) - 5], seed
