@@ -22,6 +22,11 @@ MOUNT_TIMEOUT_S = 10.0
 # An unmount is refused (EBUSY) while a killed process still holds files open: retried until this.
 UNMOUNT_TIMEOUT_S = 10.0
 UNMOUNT_RETRY_S = 0.05
+# After an unmount the daemon's loop ends once the kernel closes the FUSE connection. Now and then
+# the kernel keeps it open with nothing left to serve (seen on Linux 6.18, no file of the mount open
+# anywhere); past this grace the harness aborts it through fusectl, as `umount -f` would.
+DISCONNECT_GRACE_S = 2.0
+FUSECTL = Path("/sys/fs/fuse/connections")
 
 
 def lazyfs_unavailable() -> str | None:
@@ -43,11 +48,15 @@ class LazyMount:
         self.mountpoint = mountpoint
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
+        self.connection: int | None = None  # the kernel's FUSE connection id (the mount's st_dev minor)
+        self.aborted_connections = 0
         self._lines: queue.Queue[str] = queue.Queue()
         backing.mkdir(parents=True, exist_ok=True)
         mountpoint.mkdir(parents=True, exist_ok=True)
 
     def mount(self) -> None:
+        if os.path.ismount(self.mountpoint):  # left by a daemon that died: detach it first
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "jepsen.lazyfs", str(self.backing), str(self.mountpoint)],
@@ -59,6 +68,7 @@ class LazyMount:
         if not answer.get("ready"):
             self.close()
             raise RuntimeError(f"the lazy filesystem on {self.mountpoint} did not mount: {answer}; see {self.log_path}")
+        self.connection = os.minor(os.stat(self.mountpoint).st_dev)
 
     @staticmethod
     def _pump(process: subprocess.Popen, lines: queue.Queue) -> None:
@@ -83,6 +93,26 @@ class LazyMount:
                 return False
             time.sleep(UNMOUNT_RETRY_S)
 
+    def _disconnect(self) -> bool:
+        """Abort the FUSE connection left open after the unmount (mounting fusectl if needed)."""
+        control = FUSECTL / str(self.connection) / "abort"
+        if not control.exists():
+            subprocess.run(["mount", "-t", "fusectl", "none", str(FUSECTL)], capture_output=True)
+        try:
+            control.write_text("1")
+        except OSError:
+            return False
+        self.aborted_connections += 1
+        return True
+
+    def _after_unmount(self) -> dict:
+        """The daemon's last line, aborting the connection if the kernel keeps it open."""
+        answer = self._next_line(DISCONNECT_GRACE_S)
+        if "error" in answer and answer["error"].startswith("no answer") and self._disconnect():
+            answer = self._next_line(MOUNT_TIMEOUT_S)
+            answer["connection_aborted"] = True
+        return answer
+
     def power_off(self, torn_seed: int | None = None) -> dict:
         """Drop everything not durable; the mount is gone afterwards (call mount() again)."""
         command = "power-off" + (f" torn {torn_seed}" if torn_seed is not None else "")
@@ -93,10 +123,13 @@ class LazyMount:
             raise RuntimeError(f"the lazy filesystem on {self.mountpoint} did not take power-off: {armed}")
         if not self._unmount():
             raise RuntimeError(f"{self.mountpoint} stayed busy for {UNMOUNT_TIMEOUT_S:.0f} s")
-        answer = self._next_line(MOUNT_TIMEOUT_S)
+        answer = self._after_unmount()
         self.process.wait(MOUNT_TIMEOUT_S)
         self.process = None
-        return answer.get("power_off") or answer
+        report = answer.get("power_off") or answer
+        if answer.get("connection_aborted"):
+            report["connection_aborted"] = True
+        return report
 
     def close(self) -> None:
         """A clean unmount (keeps everything); ends the daemon by its PID if it does not exit."""
@@ -105,6 +138,8 @@ class LazyMount:
         if os.path.ismount(self.mountpoint) and not self._unmount():
             # Still busy: detach it now (the daemon exits once the last file is closed).
             subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True)
+        else:
+            self._after_unmount()
         try:
             self.process.wait(MOUNT_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -45,3 +45,10 @@ def test_a_node_that_did_not_answer_after_a_power_loss_fails_the_check():
     verdict = check_starts_after_power_loss(refused)
     assert verdict["valid"] is False and verdict["violations"] == 1
     assert verdict["counterexamples"] == [refused[1]]
+
+
+def test_a_failed_power_off_makes_the_check_unknown_unless_a_node_refused():
+    failed = [{"node": "n1", "answered": True, "exit": None}, {"node": "n2", "power_off_error": "boom"}]
+    verdict = check_starts_after_power_loss(failed)
+    assert verdict["valid"] is None and verdict["power_offs_failed"] == 1 and verdict["restarts"] == 1
+    assert check_starts_after_power_loss(failed + [{"node": "n3", "answered": False, "exit": 65}])["valid"] is False
