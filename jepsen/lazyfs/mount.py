@@ -23,7 +23,7 @@ MOUNT_TIMEOUT_S = 10.0
 UNMOUNT_TIMEOUT_S = 10.0
 UNMOUNT_RETRY_S = 0.05
 # After an unmount the daemon's loop ends once the kernel closes the FUSE connection. Now and then
-# the kernel keeps it open with nothing left to serve (seen on Linux 6.18, no file of the mount open
+# the kernel keeps it open with nothing left to serve (no file of the mount open
 # anywhere); past this grace the harness aborts it through fusectl, as `umount -f` would.
 DISCONNECT_GRACE_S = 2.0
 FUSECTL = Path("/sys/fs/fuse/connections")
