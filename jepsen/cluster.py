@@ -132,6 +132,7 @@ class ClusterSpec:
     tenants: list[str] = field(default_factory=lambda: list(TENANT_TOKENS))
     settings: dict[str, object] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    data_dir_name: str = "data"  # "lazy" when the nodes' data dirs are lazy filesystems (power.py)
 
 
 class Cluster:
@@ -142,7 +143,8 @@ class Cluster:
         self.spec = spec or ClusterSpec()
         self.config_path = run_dir / "cluster.toml"
         self.raft_password = secrets.token_urlsafe(32)
-        self.data_dir = run_dir / "data"
+        self.data_dir = run_dir / self.spec.data_dir_name
+        self.disks = None  # power.PowerDisks when the run mounts lazy filesystems
         self.log_dir = run_dir / "nodes"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any
 from jepsen.cluster import TENANT, Cluster
 from jepsen.history import NEMESIS_PROCESS, HistoryWriter
 from jepsen.network import bridge, grudge_links, isolate, majorities_ring, one_way
+from jepsen.power import POWER_FAULTS, power_targets, torn_seed
 from jepsen.snapshots import WriterWait, live_writers_of, outliving, wait_for_writers
 
 KILL_FAULTS = ("kill-one", "kill-leader", "kill-all", "kill-follower-then-leader")
@@ -40,7 +41,9 @@ NEMESES: dict[str, tuple[str, ...]] = {
     "clock": CLOCK_FAULTS,
     "kill-all-during-snapshot": ("kill-all-during-snapshot",),
     "stop-all-during-snapshot": ("stop-all-during-snapshot",),
-    "mixed": KILL_FAULTS + PAUSE_FAULTS + PARTITION_FAULTS + CLOCK_FAULTS + SNAPSHOT_FAULTS,
+    # Power losses on lazy filesystems (power.py): runs under these nemeses mount them.
+    "power": POWER_FAULTS,
+    "mixed": KILL_FAULTS + PAUSE_FAULTS + PARTITION_FAULTS + CLOCK_FAULTS + SNAPSHOT_FAULTS + POWER_FAULTS,
 }
 
 # How long each fault stays in force (s). A pause must outlast the election timeout (0.2-0.6 s) and,
@@ -64,6 +67,10 @@ FAULT_DURATION_S = {
     # still be renaming their snapshots into place.
     "kill-all-during-snapshot": (0.5, 3.0),
     "stop-all-during-snapshot": (0.0, 1.0),
+    # Down time after a power loss: as long as a kill's, so the survivors elect and go on meanwhile.
+    "power-one": (2.0, 6.0),
+    "power-minority": (2.0, 6.0),
+    "power-all": (1.0, 3.0),
 }
 # Quiet time between faults (s): long enough to elect and catch up, so each fault meets a cluster
 # that had a chance to recover, and the lateness checker has quiet periods to compare with.
@@ -220,6 +227,12 @@ class Nemesis:
             return {"nodes": ids}
         if kind in SNAPSHOT_FAULTS:
             return self._all_down_during_snapshot(kind)
+        if kind in POWER_FAULTS:
+            leader = self.cluster.leader()
+            nodes = power_targets(kind, ids, leader, draws["node"])
+            self._killed.update(nodes)
+            dropped = self.cluster.disks.power_off(self.cluster, nodes, torn_seed(fault.at_s))
+            return {"nodes": nodes, "leader": leader, "dropped": dropped}
         if kind == "pause-leader":
             node, leader = self._leader_or_drawn(draws)
             self.cluster.pause(node)
@@ -300,6 +313,10 @@ class Nemesis:
             self._killed.clear()
             self._killed_order.clear()
             return {"restarted": order}
+        if kind in POWER_FAULTS:
+            restarted = sorted(self._killed)
+            self._killed.clear()
+            return {"restarted": self.cluster.disks.restart(self.cluster, restarted)}
         if kind.startswith("kill") or kind in SNAPSHOT_FAULTS:
             # Every node of kill-all and the snapshot faults is started at once: the new processes
             # read their journals and snapshots while any writer left behind may still be renaming.

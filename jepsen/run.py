@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 import time
@@ -28,6 +29,7 @@ from jepsen.cluster import TENANT_TOKENS, Cluster, ClusterSpec
 from jepsen.generator import DEFAULT_CONCURRENCY, RunPlan, final_phase, make_plan, run_clients
 from jepsen.history import HistoryWriter, fault_windows, pair_operations, workload_operations
 from jepsen.nemesis import SNAPSHOT_FAULTS, Nemesis
+from jepsen.power import MOUNT_DIR_NAME, POWER_CAMPAIGN, PowerDisks, check_starts_after_power_loss, needs_lazy_fs
 from jepsen.report import (CONSUMER_PROCESS_BASE, draw_timeline, find_property, point_latest, render_campaign,
                            render_markdown, summarize, verdict_word, workload_properties, write_results)
 from jepsen.snapshots import snapshot_fault_notes
@@ -125,6 +127,8 @@ async def _drive(options: RunOptions, plan: RunPlan, cluster: Cluster, history: 
         for consumer in consumers:
             consumer.stopped.set()
         await asyncio.gather(*consumer_tasks)
+        if cluster.disks is not None:
+            finals[primary.name].state["power_restarts"] = cluster.disks.restarts
         if loaded is not None:
             admin_token = TENANT_TOKENS[primary.tenant][1]
             admin = {node.id: NodeClient(session, node.base_url, admin_token) for node in cluster.nodes.values()}
@@ -148,15 +152,21 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
     run_dir.mkdir(parents=True)
     point_latest(options.store, run_dir)
     workloads = [make_workload(name) for name in options.workloads]
-    cluster = Cluster(run_dir, ClusterSpec(settings=dict(HARNESS_SETTINGS)))
+    lazy = needs_lazy_fs(options.nemesis)
+    cluster = Cluster(run_dir, ClusterSpec(settings=dict(HARNESS_SETTINGS),
+                                           data_dir_name=MOUNT_DIR_NAME if lazy else "data"))
     plan = make_plan(workloads, options.nemesis, options.seed, options.duration_s, options.rate,
                      len(cluster.node_ids), options.concurrency, options.preload)
     (run_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=1) + "\n", encoding="utf-8")
     history = HistoryWriter(run_dir / "history.jsonl")
-    notes: list[str] = []
+    notes: list[str] = [f"nodes ran with QUEEN_RAFT_FSYNC={os.environ.get('QUEEN_RAFT_FSYNC', 'group')}"
+                        + (", their data dirs on lazy filesystems (jepsen/lazyfs/)" if lazy else "")]
     started_wall_ms = int(time.time() * 1000)
     properties: dict = {}
     try:
+        if lazy:
+            cluster.disks = PowerDisks(run_dir, cluster.node_ids)
+            cluster.disks.mount_all()
         if not cluster.boot(BOOT_TIMEOUT_S):
             notes.append(f"the cluster did not become healthy within {BOOT_TIMEOUT_S:.0f} s of boot; see nodes/*.log")
         else:
@@ -175,6 +185,8 @@ def run_once(options: RunOptions) -> tuple[int, dict]:
     finally:
         history.close()
         cluster.close()
+        if cluster.disks is not None:
+            cluster.disks.close(cluster)
     (run_dir / "cluster.json").write_text(json.dumps(cluster.describe(), indent=1) + "\n", encoding="utf-8")
     operations = pair_operations(history.events)
     notes += snapshot_fault_notes(history.events, SNAPSHOT_FAULTS)
@@ -215,7 +227,9 @@ def recheck(run_dir: Path) -> tuple[int, dict]:
 
 def judge(workloads: list, operations, windows, finals: dict[str, FinalReads]) -> dict:
     """Each workload's properties on its own operations and read-back, as `<workload>/<property>`,
-    plus `<workload>/preload_retained` for the workload whose client preloaded timers."""
+    plus `<workload>/preload_retained` for the workload whose client preloaded timers and, after
+    power faults, `<workload>/starts_after_power_loss` for the first workload (the restarts are
+    the nodes', one list for the run)."""
     properties = {}
     for workload in workloads:
         final = finals[workload.name]
@@ -223,6 +237,8 @@ def judge(workloads: list, operations, windows, finals: dict[str, FinalReads]) -
         loaded = final.state.get("preload")
         if loaded:
             judged["preload_retained"] = preload.check_preload_retained(loaded["result"], loaded["read"])
+        if "power_restarts" in final.state:
+            judged["starts_after_power_loss"] = check_starts_after_power_loss(final.state["power_restarts"])
         properties.update({f"{workload.name}/{name}": prop for name, prop in judged.items()})
     return properties
 
@@ -262,6 +278,7 @@ CAMPAIGN = (
     + [("timers", "clock", 1, 0), ("timers", "pause", 1, 0), ("timers", "mixed", 2, 0)]
     + [("timers", nemesis, 1, CAMPAIGN_PRELOAD) for nemesis in ("mixed",) + SNAPSHOT_FAULTS]
     + [("timers-remembered", "kill", 1, 0), ("dedup", "mixed", 1, 0)]
+    + POWER_CAMPAIGN
 )
 # What a run costs beyond its duration: boot, the final phase (restart, the wait for due timers, the
 # reads of every workload), checks and the timeline; a preloaded million timers add their load and

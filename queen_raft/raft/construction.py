@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pysyncobj import SyncObjConf, SyncObjConsumer
 
 from queen_raft.raft.connection import install_connection_recipe
-from queen_raft.raft.journal import fsync_directory_of
+from queen_raft.raft.journal import fsync_path
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
 from queen_raft.raft.leader_append import CoalescingSyncObj
@@ -43,6 +43,26 @@ class GroupFiles:
     def under(cls, data_dir: str) -> GroupFiles:
         os.makedirs(data_dir, exist_ok=True)
         return cls(data_dir, os.path.join(data_dir, JOURNAL_FILE_NAME), os.path.join(data_dir, FULL_DUMP_FILE_NAME))
+
+
+def fsync_directory_chain(path: str) -> None:
+    """fsync the directory holding `path` and every directory above it: each one holds the entry of
+    the next, and the node makes its group's directories (`<data_dir>/<node>/<tenant>`) itself, so
+    until their parents are synced a power loss can take the whole journal with them. Done at every
+    start, not only when the directories were just made: a kill -9 between the mkdir and the fsync
+    leaves them in the page cache, existing but never synced. A directory above that this process
+    may not open is not one it made: the walk stops there."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            fsync_path(directory)
+        except PermissionError:
+            return
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return
+        directory = parent
+
 
 
 def syncobj_conf(settings: RaftSettings, bind_address: str, files: GroupFiles,
@@ -98,6 +118,6 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
         self_addr, peer_addrs, conf=conf, consumers=[consumer], transportClass=transport_class
     )
     if settings.fsync == "group":
-        # The journal file may have just been created: make its directory entry durable too.
-        fsync_directory_of(files.journal_file)
+        # The journal file and its directories may have just been created: make their entries durable.
+        fsync_directory_chain(files.journal_file)
     return syncobj

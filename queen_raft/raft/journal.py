@@ -376,9 +376,18 @@ class GroupCommitJournal(CompactionGuardedJournal):
         self.dirty = True
 
     def _truncate(self, keep: int) -> None:
+        written = self._spill_from if self._spill_from is not None else self._FileJournal__currentOffset
         super()._truncate(keep)
+        end = self._FileJournal__currentOffset
         # Entries written after this go where the flushed ones were: they are not flushed yet.
-        self._flushed_offset = min(self._flushed_offset, self._FileJournal__currentOffset)
+        self._flushed_offset = min(self._flushed_offset, end)
+        if written > end:
+            # A power loss before the next flush could leave, sector by sector, the old records and
+            # the new ones there: a tail that reads as damage. Zeros made durable first make any
+            # unwritten sector of the new records read as zeros: a torn tail (journal_format.py).
+            self._FileJournal__journalFile.zero(end, written)
+            self.dirty = True
+            self.flush_if_dirty()
 
     def flush_if_dirty(self) -> bool:
         """fdatasync what changed; False when nothing did or it could not: the journal then stays

@@ -63,6 +63,8 @@ RECORD_OVERHEAD_BYTES = RECORD_HEAD.size + RECORD_TAIL_BYTES
 STOCK_RECORD_HEAD = struct.Struct("<IQQ")
 # size counts the index, the term and the command.
 INDEX_TERM_BYTES = 16
+# The unit a disk writes whole or not at all: an unwritten one reads as zeros in a preallocated file.
+SECTOR_BYTES = 512
 # No Raft index or term of ours comes near this; a record claiming more is damage, not a big log.
 MAX_INDEX_OR_TERM = 2**62
 
@@ -144,18 +146,43 @@ def _next_record(mapped, offset: int, end: int, version: int, previous: tuple[in
     return idx, term, record_end
 
 
+def _unwritten_sector(mapped, offset: int, end: int, length: int) -> int | None:
+    """Where the record at `offset` meets a sector that was never written, or None: a
+    SECTOR_BYTES-aligned sector whose part from the record's start (or the sector's) to the sector's
+    end (or the file's) reads all zeros, at least a record head long (a few zero bytes in a record
+    prove nothing). The record's extent is what its head claims when that fits before `end`, else
+    everything to `end`."""
+    size = RECORD_HEAD.unpack_from(mapped, offset)[0] if offset + RECORD_HEAD.size <= end else 0
+    claimed = offset + RECORD_HEAD.size + size - INDEX_TERM_BYTES + RECORD_TAIL_BYTES
+    stop = claimed if INDEX_TERM_BYTES <= size and claimed <= end else end
+    for sector in range(offset - offset % SECTOR_BYTES, stop, SECTOR_BYTES):
+        start, finish = max(sector, offset), min(sector + SECTOR_BYTES, length)
+        if finish - start >= RECORD_HEAD.size and not bytes(mapped[start:finish]).strip(b"\0"):
+            return start
+    return None
+
+
 def scan_records(mapped, length: int, path: str) -> ScannedJournal:
     """Check and index every record of a journal mapped in `mapped` (`length` bytes).
 
-    A torn tail is dropped, with a warning, instead of refused: the records from some offset to the
-    header's end offset are all zero bytes. That is what a power loss leaves when the header's page
-    reached the disk and the pages of the records appended after the last flush did not (the file
-    grows zero-filled). In fsync="group" mode no such record was acknowledged: a follower's
-    acknowledgement and the leader's count of itself both wait for the fdatasync that writes the
-    records and the header together, and after that fdatasync the records are not zero. In "off"
-    mode a power loss may lose acknowledged writes anyway (README, durability). Any other damage,
-    even in the last record, is refused: a checksum mismatch or a wrong length in a record that was
-    flushed may hide an acknowledged entry.
+    A torn tail is dropped, with a warning, instead of refused. What a power loss leaves of records
+    appended after the last flush: the header's page reached the disk (its end offset covers them)
+    and some sectors of theirs did not. The file grows into preallocated (zeroed) space, so an
+    unwritten sector reads as zeros. Two shapes are torn tails:
+
+    - the bytes from some record to the header's end offset are all zero;
+    - a record fails its check and its part of one of the SECTOR_BYTES-aligned sectors it overlaps
+      reads all zeros (its first sector: from the record's start on).
+      It and every record after it are dropped: appends go in file order and a flush covers all
+      that was written before it, so a record written after one that never reached the disk was
+      never flushed either, even if all of it did reach the disk.
+
+    In fsync="group" mode no such record was acknowledged: a follower's acknowledgement and the
+    leader's count of itself both wait for the fdatasync that writes the records and the header
+    together, and after it every sector of the records holds what was written. In "off" mode a power
+    loss may lose acknowledged writes anyway (README, durability). Any other damage, even in the last
+    record, is refused: a checksum mismatch or a wrong length in a flushed record, with no sector
+    unwritten, may hide an acknowledged entry.
     """
     version, end = read_header(mapped, length, path)
     scanned = ScannedJournal(version=version, end=end)
@@ -164,12 +191,16 @@ def scan_records(mapped, length: int, path: str) -> ScannedJournal:
         found = _next_record(mapped, offset, end, version, previous)
         if isinstance(found, str):
             if not bytes(mapped[offset:end]).strip(b"\0"):
-                scanned.torn_bytes = end - offset
-                scanned.end = offset
-                log.warning("journal %s: dropped a torn tail of %d zero bytes at offset %d (written after the "
-                            "last flush, never acknowledged)", path, end - offset, offset)
-                return scanned
-            raise DamagedDataError(path, offset, found)
+                why = f"{end - offset} zero bytes"
+            elif (sector := _unwritten_sector(mapped, offset, end, length)) is not None:
+                why = f"{end - offset} bytes whose first record ({found}) has an unwritten (zero) sector at {sector}"
+            else:
+                raise DamagedDataError(path, offset, found)
+            scanned.torn_bytes = end - offset
+            scanned.end = offset
+            log.warning("journal %s: dropped a torn tail at offset %d: %s (written after the last flush, "
+                        "never acknowledged)", path, offset, why)
+            return scanned
         idx, term, next_offset = found
         scanned.offsets.append(offset)
         scanned.indexes.append(idx)

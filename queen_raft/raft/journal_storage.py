@@ -37,6 +37,7 @@ META_RESERVE_SUFFIX = ".reserve"
 META_RESERVE_BYTES = 64 * 1024
 
 INITIAL_SIZE_BYTES = 1024
+ZERO_CHUNK_BYTES = 1024 * 1024
 GROWTH_FACTOR = 2.0
 # When doubling does not fit, the file grows by what the write needs, rounded up to this.
 GROWTH_MIN_BYTES = 64 * 1024
@@ -117,6 +118,13 @@ class PreallocatedFile:
 
     def read(self, offset: int, size: int) -> bytes:
         return self.mm[offset:offset + size]
+
+    def zero(self, start: int, stop: int) -> None:
+        """Overwrite [start, stop) of the file (as far as it is mapped) with zeros, a MiB at a time."""
+        stop = min(stop, len(self.mm))
+        for at in range(start, stop, ZERO_CHUNK_BYTES):
+            end = min(at + ZERO_CHUNK_BYTES, stop)
+            self.mm[at:end] = bytes(end - at)
 
     def flush(self) -> None:
         self.mm.flush()

@@ -220,3 +220,50 @@ def test_a_good_meta_and_a_missing_meta_load(tmp_path):
     fresh = GroupCommitJournal(path, None)
     assert (fresh.getCurrentTerm(), fresh.getVotedForNodeId()) == (0, None)
     fresh._destroy()
+
+
+# -- a torn tail: sectors of the last records never written (power loss between flushes) ----------------
+
+LARGE_ENTRIES = [(b"\x01" + bytes([i]) * 1200, i, 1) for i in range(1, 9)]  # each record holds a whole 512-byte sector
+
+
+def zero_sector_inside(path: str, start: int, stop: int) -> int:
+    """Zero the first whole 512-byte sector inside [start, stop), as an unwritten sector reads in a
+    preallocated file; its offset."""
+    sector = -(-(start + 1) // 512) * 512
+    assert sector + 512 <= stop
+    with open(path, "r+b") as f:
+        f.seek(sector)
+        f.write(bytes(512))
+    return sector
+
+
+def test_a_torn_last_record_with_an_unwritten_sector_is_dropped_and_logged(tmp_path, caplog):
+    path = str(tmp_path / "raft.journal")
+    offsets = write_journal(path, LARGE_ENTRIES)
+    zero_sector_inside(path, offsets[7], end_offset(path))
+    with caplog.at_level("WARNING"):
+        journal = GroupCommitJournal(path, None)
+    assert list(journal) == LARGE_ENTRIES[:7]
+    assert "torn" in caplog.text and str(offsets[7]) in caplog.text
+    journal._destroy()
+
+
+def test_whole_records_after_a_torn_one_were_never_flushed_either_and_go_with_it(tmp_path, caplog):
+    # Appends are in file order and a flush covers everything before it: a record written after one
+    # that never reached the disk was not flushed either, whatever reached the disk of it.
+    path = str(tmp_path / "raft.journal")
+    offsets = write_journal(path, LARGE_ENTRIES)
+    zero_sector_inside(path, offsets[5], offsets[6])
+    with caplog.at_level("WARNING"):
+        journal = GroupCommitJournal(path, None)
+    assert list(journal) == LARGE_ENTRIES[:5]
+    assert "torn" in caplog.text
+    journal._destroy()
+
+
+def test_a_flipped_byte_in_the_last_record_is_still_refused(tmp_path):
+    path = str(tmp_path / "raft.journal")
+    offsets = write_journal(path, LARGE_ENTRIES)
+    flip_byte(path, offsets[7] + RECORD_HEAD.size + 1000)
+    assert_refused(path, offsets[7], "checksum")
