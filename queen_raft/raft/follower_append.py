@@ -35,6 +35,15 @@ stock handler, for an append_entries of the current or a newer term that carries
    (commit capped as in 4, which moves nothing), and the answer is a plain failure (no reset, no
    success), so the leader keeps this node as a lagging follower and the rest of the group goes on.
 
+6. A message without prevLogIdx: the leader's snapshot, sent in parts (`serialized`, None while
+   the leader still prepares it). Stock sets the commit index to min(leader commit, last index) on
+   every such message, yet nothing in it says which entries of this log match the leader's. A
+   deposed leader's tail (entries it appended alone, in its old term, after it was cut off) was so
+   committed and applied, and the callers it had accepted them from were answered success for
+   writes the group never held. Such a message now commits nothing on its own: the commit index
+   stays where it was, and rises to the snapshot's last index when the snapshot is installed (its
+   entries are the leader's committed ones). The leader's word stays in __leaderCommitIndex.
+
 Messages of the chunked path ('transmission') pass unchanged: our leaders never send them, since
 APPEND_ENTRIES_BATCH_SIZE_BYTES is above MAX_ENTRY_BYTES (settings.py) and larger entries are refused.
 
@@ -97,16 +106,27 @@ class LogMatchingSyncObj(SyncObj):
         super().__init__(*args, **kwargs)
 
     def _SyncObj__onMessageReceived(self, node, message):
-        if (
-            message["type"] == "append_entries"
-            and "prevLogIdx" in message
-            and "transmission" not in message
-            and message["term"] >= self._SyncObj__raftCurrentTerm
-        ):
-            message = self._without_held_entries(node, message)
-            if message is None:
+        if message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+            if "prevLogIdx" not in message:
+                self._snapshot_message(node, message)  # (6)
                 return
+            if "transmission" not in message:
+                message = self._without_held_entries(node, message)
+                if message is None:
+                    return
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _snapshot_message(self, node, message: dict) -> None:
+        """(6) of the module docstring: stock's handling with the commit index held where it was,
+        or moved to the snapshot's last index once it is installed."""
+        leader_commit = message["commit_index"]
+        held = min(leader_commit, self._SyncObj__raftCommitIndex)
+        SyncObj._SyncObj__onMessageReceived(self, node, dict(message, commit_index=held))
+        installed_through = self._SyncObj__raftLastApplied
+        if installed_through > self._SyncObj__raftCommitIndex:  # the snapshot's entries are committed
+            self._SyncObj__raftCommitIndex = installed_through
+            self._SyncObj__raftLog.setRaftCommitIndex(installed_through)
+        self._SyncObj__leaderCommitIndex = leader_commit
 
     def _without_held_entries(self, node, message: dict) -> dict | None:
         """The message for the stock handler, or None when this step answered it already."""

@@ -266,3 +266,23 @@ def test_a_stale_term_and_a_missing_prev_entry_go_to_the_stock_answers(follower)
     follower.tick()
     assert follower.acks()[1:] == [(5, False, True), (3, False, True)]
     assert follower.log() == [FIRST] + entries(2, 4, 3) and follower.deletions == []
+
+
+@pytest.mark.parametrize("serialized", [None, ("chunk", 0, False)], ids=["snapshot not ready", "a first chunk"])
+def test_a_snapshot_message_commits_nothing_the_log_has_not_shown_to_match(follower, serialized):
+    # A deposed leader's tail: 2..5 came from the group's leader of term 1 (committed through 3),
+    # 6..7 it appended itself at term 2 while nobody heard it: the new leader (term 3) never had them.
+    follower.append(1, 0, entries(2, 5, 1), commit=3)
+    follower.syncobj._SyncObj__raftLog.add(*entry(6, 2))
+    follower.syncobj._SyncObj__raftLog.add(*entry(7, 2))
+    follower.tick()
+    assert follower.commit_index == 3
+
+    # The new leader, its log compacted past this node's, starts sending a snapshot: the message
+    # carries its commit index (20) and no prevLogIdx, so nothing in it says which entries here match.
+    follower.syncobj._SyncObj__onMessageReceived(LEADER, {
+        "type": "append_entries", "term": 3, "commit_index": 20, "serialized": serialized})
+    assert follower.commit_index == 3, "entries 4..7 were committed on a message that verified none of them"
+    follower.tick()
+    assert follower.syncobj.raftLastApplied == 3
+    assert follower.syncobj._SyncObj__leaderCommitIndex == 20  # what the leader said, uncapped
