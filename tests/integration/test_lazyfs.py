@@ -12,18 +12,11 @@ import os
 
 import pytest
 
-from jepsen.lazyfs.mount import LazyMount, lazyfs_unavailable
+from jepsen.lazyfs.mount import LazyMount
+from lazyfs_fixture import NEEDS_LAZYFS, lazy  # noqa: F401  (lazy is a fixture)
 
-UNAVAILABLE = lazyfs_unavailable() or (None if os.geteuid() == 0 else "FUSE mounts here need root")
-pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"lazy filesystem unavailable: {UNAVAILABLE}")
+pytestmark = NEEDS_LAZYFS
 
-
-@pytest.fixture
-def lazy(tmp_path):
-    mount = LazyMount(tmp_path / "disk", tmp_path / "mnt", tmp_path / "lazyfs.log")
-    mount.mount()
-    yield mount
-    mount.close()
 
 
 def _fsync(path) -> None:

@@ -10,24 +10,14 @@ import time
 
 import pytest
 
-from jepsen.lazyfs.mount import LazyMount, lazyfs_unavailable
+from lazyfs_fixture import NEEDS_LAZYFS, lazy  # noqa: F401  (lazy is a fixture)
 from queen_raft.raft import RaftSettings, TenantGroup
 from raft_test_state import TimerLogState
 
-UNAVAILABLE = lazyfs_unavailable() or (None if os.geteuid() == 0 else "FUSE mounts here need root")
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(UNAVAILABLE is not None, reason=f"lazy filesystem unavailable: {UNAVAILABLE}")]
+pytestmark = [pytest.mark.integration, NEEDS_LAZYFS]
 
 SELF_ELECTION_WAIT_S = 5.0
 PORT = 17950
-
-
-@pytest.fixture
-def lazy(tmp_path):
-    mount = LazyMount(tmp_path / "disk", tmp_path / "mnt", tmp_path / "lazyfs.log")
-    mount.mount()
-    yield mount
-    mount.close()
 
 
 async def _acknowledged_write(data_dir: str) -> None:
