@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import signal
 import time
 
 from bench.peers import etcd_gateway as gw
 from bench.peers import etcd_timers as keys
+from bench.peers.worker_loop import run_until_sigterm
 
 POLL_INTERVAL_S = 0.05   # as the Redis and PostgreSQL pollers
 SWEEP_BATCH = 1000       # due entries per fire Txn (as the other pollers' batch); 3 ops each, <= max-txn-ops
@@ -102,21 +102,8 @@ class Sweeper:
 
 
 def run_sweeper(urls: list[str]) -> None:
-    sweeper = Sweeper(gw.SyncGateway(urls))
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    while not stopping:
-        try:
-            handled = sweeper.step()
-        except FAILURES:  # a member went away or the cluster has no leader yet: try again next round
-            handled = 0
-        if handled < SWEEP_BATCH:
-            time.sleep(POLL_INTERVAL_S)
+    # FAILURES: a member went away or the cluster has no leader yet: try again next round.
+    run_until_sigterm(Sweeper(gw.SyncGateway(urls)).step, SWEEP_BATCH, POLL_INTERVAL_S, FAILURES)
 
 
 def main() -> None:

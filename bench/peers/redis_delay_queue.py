@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.peers.worker_loop import run_until_sigterm
 from bench.timer_service import PAYLOAD, QueuedMessage, Receipt, ScheduleOp
 
 # The default poll of those libraries is coarser (arq 0.5 s, RQ-scheduler 1 s); 50 ms is the
@@ -148,20 +149,9 @@ def run_poller(port: int) -> None:
 
     client = redis.Redis(host="127.0.0.1", port=port)
     move = client.register_script(MOVE_DUE_LUA)
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    while not stopping:
-        try:
-            moved = move(keys=[DELAYED, JOBS, FIRED], args=[now_ms(), MOVE_BATCH])
-        except (redis.ConnectionError, redis.BusyLoadingError):  # the server restarts: keep polling
-            moved = 0
-        if moved < MOVE_BATCH:
-            time.sleep(POLL_INTERVAL_S)
+    # A restarting server refuses for a moment: keep polling.
+    run_until_sigterm(lambda: move(keys=[DELAYED, JOBS, FIRED], args=[now_ms(), MOVE_BATCH]), MOVE_BATCH,
+                      POLL_INTERVAL_S, (redis.ConnectionError, redis.BusyLoadingError))
 
 
 class RedisDelayQueue:
