@@ -52,3 +52,17 @@ def test_a_failed_power_off_makes_the_check_unknown_unless_a_node_refused():
     verdict = check_starts_after_power_loss(failed)
     assert verdict["valid"] is None and verdict["power_offs_failed"] == 1 and verdict["restarts"] == 1
     assert check_starts_after_power_loss(failed + [{"node": "n3", "answered": False, "exit": 65}])["valid"] is False
+
+
+def test_the_control_counts_losses_under_each_workloads_prefix():
+    from jepsen.power_control import lost_counts
+
+    summary = {"properties": {
+        "timers/no_lost_timers": {"valid": False, "violations": 120},
+        "queue/no_lost_acknowledged_pushes": {"valid": True, "violations": 0},
+        "txn/no_lost_acknowledged_pushes": {"valid": False, "violations": 7},
+        "txn/transaction_atomicity": {"valid": False, "violations": 3},
+        "txn/replicas_agree": {"valid": False, "violations": 1},  # not a loss property
+    }}
+    assert lost_counts(summary) == {"timers/no_lost_timers": 120, "txn/no_lost_acknowledged_pushes": 7,
+                                    "txn/transaction_atomicity": 3}
