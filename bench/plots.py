@@ -14,7 +14,14 @@ from bench.report import SHARED_CORES_NOTE  # noqa: E402
 # A scatter of more points than this is a blot: keep every n-th sample (the JSON keeps the
 # summaries of all of them).
 MAX_POINTS_PER_SERIES = 4000
-COLORS = {"queen-raft": "tab:blue", "redis": "tab:red", "postgres": "tab:green"}
+COLORS = {"queen-raft": "tab:blue", "etcd": "tab:purple", "redis": "tab:red", "postgres": "tab:green"}
+
+
+def style(system: str) -> dict:
+    """A system's colour; a variant of it ("queen-raft (timer_fire_batch=2048)") keeps the colour
+    of its system, dashed, so every line of a plot can be told apart."""
+    base = system.split(" (", 1)[0]
+    return {"color": COLORS.get(base), "linestyle": "--" if base != system else "-"}
 
 
 def thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -31,7 +38,7 @@ def fire_lag_over_time(series: dict[int, dict[str, list[tuple[float, float]]]], 
             if not points:
                 continue
             xs, ys = zip(*thin(points))
-            axis.scatter(xs, ys, s=2, alpha=0.5, color=COLORS.get(system), label=system)
+            axis.scatter(xs, ys, s=2, alpha=0.5, color=style(system)["color"], label=system)
         axis.set_title(f"{rate:,} timers/s: end-to-end fire lag (consumer receipt - deliverAt)")
         axis.set_xlabel("deliverAt, s since the run began")
         axis.set_ylabel("lag, ms")
@@ -52,7 +59,7 @@ def drain_lag_curve(series: dict[str, list[tuple[float, float]]], count: int, pa
         if not points:
             continue
         xs, ys = zip(*thin(points))
-        axis.plot(xs, ys, color=COLORS.get(system), label=system, linewidth=1.5)
+        axis.plot(xs, ys, label=system, linewidth=1.5, **style(system))
     axis.set_title(f"{count:,} timers due at one instant: lag of each fire during the drain")
     axis.set_xlabel("timers fired")
     axis.set_ylabel("fire instant - deliverAt, s")
