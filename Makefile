@@ -93,8 +93,8 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection (jepsen/): every run holds both tenants (timers beside queue + txn, or a message
-# workload beside timers). The full campaign (12 runs within 40 minutes; the seed-1 mixed and the
-# snapshot-fault runs over a million preloaded timers), one mixed timers + queue + txn run of about a
+# workload beside timers). The full campaign (14 runs, about 20 minutes; the seed-1 mixed and the
+# snapshot-fault runs over a million preloaded timers; two runs under power losses), one mixed timers + queue + txn run of about a
 # minute plus its final phase over a smoke-sized preload, and one mixed run of the transactions
 # workload beside timers (about 90 s).
 .PHONY: jepsen jepsen-smoke jepsen-txn jepsen-power-control
@@ -107,7 +107,8 @@ jepsen-smoke: venv
 jepsen-txn: venv
 	$(BIN)/python -m jepsen run --workload txn --nemesis mixed --seed 1 --duration 45
 
-# The power nemesis's control (not in the campaign): its six runs with QUEEN_RAFT_FSYNC=off must
-# lose acknowledged writes, or the passes with fsync=group prove nothing (about 12 min).
+# The power nemesis's control (not in the campaign): its two runs (timers beside queue + txn, seeds 1
+# and 2) with QUEEN_RAFT_FSYNC=off must lose acknowledged writes, or the passes with fsync=group
+# prove nothing (about 4 min).
 jepsen-power-control: venv
 	$(BIN)/python -m jepsen.power_control
