@@ -10,8 +10,8 @@ filed in the DLQ when it runs out of attempts.
 With a FiredMemory, each fire that put its txn in a partition (appended, or a duplicate of a
 message in the window) and each timer filed in the DLQ is remembered for the queue's dedup window
 (fired_memory.py); the memory is trimmed once, after the whole fire. The hot path of
-FiredMemory.remember is inlined too: the memory's order is bound once per fire, and the current
-queue's key map in it at the queue's first remembered fire.
+FiredMemory.remember is inlined too: the memory's order is bound once per fire (its key maps take
+the records in when they are next asked).
 
 A fire batch is mostly runs of one queue and one partition, so what the loop needs of them (the
 queue's limits, the partition, pruned once per fire) is looked up once per run: names are interned,
@@ -50,7 +50,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     tally = FireTally(len(timers))
     lags = tally.lags
     appended = duplicate = 0
-    queue_name = partition_key = queue = partition = fired_answers = None
+    queue_name = partition_key = queue = partition = None
     pruned: set[Partition] = set()
     keep_in_order = None if memory is None else memory.order.append
     for timer in timers:
@@ -58,7 +58,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
          encrypted, producer_sub, retry, created_at, _) = timer
         if retry is not None: deliver_at = retry[R_DELIVER_AT]  # a failed timer: deliverAt is not its dueAt
         if name is not queue_name:  # a new run of one queue (see the module docstring)
-            queue_name, partition_key, fired_answers = name, None, None
+            queue_name, partition_key = name, None
             queue = broker.queues.get(name) or broker.queue(name)
             max_payload, max_size, window_ms = queue.max_payload_bytes, queue.max_size, queue.dedup_window_ms
         if partition_name is not partition_key:
@@ -89,11 +89,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
                 partition.dedup[txn] = (offset, message_id, expires_at)
                 partition.dedup_expiry.append((expires_at, txn))
                 if keep_in_order is not None:
-                    if fired_answers is None:
-                        fired_answers = memory.answers_for(name)
-                    fired_answers[key] = record = (now, expires_at, name, key, partition_name,
-                                                   txn, offset, message_id)
-                    keep_in_order(record)
+                    keep_in_order((now, expires_at, name, key, partition_name, txn, offset, message_id))
             appended += 1
             lags.append(now - deliver_at)
             continue

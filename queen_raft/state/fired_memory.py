@@ -15,13 +15,23 @@ Bounds (both deterministic, so every replica forgets the same fires at the same 
   A queue with a window of 0 remembers no fires: cancels answer `absent`.
 - Count: at most MAX_REMEMBERED_FIRES fire records per tenant (limits.py); the oldest go first.
   A record superseded by a later fire of the same key, or forgotten by a cancel of the key's later
-  timer, keeps its place in the order (and in the count) until it reaches the front: removing it
-  from the middle would cost O(n). So at most that many keys answer `fired`, often fewer.
+  timer, keeps its place in the order (and in the count) until the bound or its expiry takes it
+  from the front: removing it from the middle would cost O(n). So at most that many keys answer
+  `fired`, often fewer.
 
 The records live in fire order in a deque (the eviction order) and by key in a map per queue (the
 answers). A record's expiry is fixed at its fire: configuring the queue's window later does not
 move it, as it does not move a dedup entry's. Reads check the expiry against the group clock, so a
 record that expired but is not yet at the front of the order answers nothing.
+
+The key maps are built lazily. A fire only appends its records to the order; the maps take in the
+records appended since they were last brought up to date when something asks them: a lookup, a
+forget, the snapshot. A drain of a million timers with nobody asking therefore pays a tuple and a
+deque slot per fire, not a dict insert into a map of a quarter million keys (about a fifth of a
+fire's apply). Which records are kept never depends on the maps (the trim drops by count and
+expiry only), and a map brought up to date holds, per key, the latest record of the order that no
+later forget removed, whenever that happens: so a read on one replica, which updates that
+replica's maps, changes nothing another replica would answer or write in a snapshot.
 
 A cancel that removes a pending timer forgets the key's earlier fire: the key's latest event is
 then the cancel, and a second cancel answers `absent`. A reschedule keeps it, but a pending timer
@@ -34,6 +44,7 @@ so a restored replica forgets the same records at the same entries as one that n
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 from . import limits
 
@@ -64,31 +75,46 @@ def record_answer(record: tuple) -> dict:
 
 
 class FiredMemory:
-    __slots__ = ("by_queue", "order")
+    __slots__ = ("by_queue", "order", "indexed")
 
     def __init__(self) -> None:
-        # queue -> timerKey -> the record that answers for the key.
+        # queue -> timerKey -> the record that answers for the key, for the first `indexed`
+        # records of the order; the records after them are not in these maps yet (`index_tail`).
         self.by_queue: dict[str, dict[str, tuple]] = {}
         # Every record kept, in fire order (firedAt never decreases along it).
         self.order: deque[tuple] = deque()
+        self.indexed = 0
 
     def __len__(self) -> int:
         return len(self.order)
 
     def remember(self, record: tuple) -> None:
         """Adds a record; call `trim` after the fire that made it (the bound holds between entries)."""
-        self.answers_for(record[F_QUEUE])[record[F_KEY]] = record
         self.order.append(record)
 
-    def answers_for(self, queue: str) -> dict[str, tuple]:
-        """The queue's key map, made when missing: call it only to add a record to it."""
-        answers = self.by_queue.get(queue)
-        if answers is None:
-            answers = self.by_queue[queue] = {}
-        return answers
+    def index_tail(self) -> None:
+        """File the records appended since the last call under their keys, oldest first, so a later
+        fire of a key replaces an earlier one. O(records appended since)."""
+        order = self.order
+        fresh = len(order) - self.indexed
+        if not fresh:
+            return
+        tail = list(islice(reversed(order), fresh))
+        tail.reverse()
+        by_queue = self.by_queue
+        queue = answers = None
+        for record in tail:
+            if record[F_QUEUE] is not queue:
+                queue = record[F_QUEUE]
+                answers = by_queue.get(queue)
+                if answers is None:
+                    answers = by_queue[queue] = {}
+            answers[record[F_KEY]] = record
+        self.indexed = len(order)
 
     def find(self, queue: str, key: str, clock: int) -> tuple | None:
         """The key's live record at `clock`, or None."""
+        self.index_tail()
         answers = self.by_queue.get(queue)
         record = None if answers is None else answers.get(key)
         if record is None or record[F_EXPIRES_AT] <= clock:
@@ -96,14 +122,16 @@ class FiredMemory:
         return record
 
     def forget(self, queue: str, key: str) -> None:
+        self.index_tail()
         answers = self.by_queue.get(queue)
         if answers is not None and answers.pop(key, None) is not None and not answers:
             del self.by_queue[queue]
 
     def trim(self, now: int) -> None:
-        """Drop from the front every record over the count bound, expired at `now`, or no longer
-        its key's answer. Each record is dropped once: O(1) amortized per fire. The front is mostly
-        one queue's fires in a row (interned names): its key map is looked up once per run."""
+        """Drop from the front every record over the count bound or expired at `now`, and take it
+        out of its key map if it still answers there. Each record is dropped once: O(1) amortized
+        per fire. The front is mostly one queue's fires in a row (interned names): its key map is
+        looked up once per run."""
         order = self.order
         by_queue = self.by_queue
         # Read at call time, not imported by value, so a test can lower the bound to watch eviction.
@@ -111,26 +139,30 @@ class FiredMemory:
         queue = answers = None
         while order:
             oldest = order[0]
+            if len(order) <= bound and oldest[F_EXPIRES_AT] > now:
+                return
+            order.popleft()
+            if not self.indexed:  # never filed: no key map names it
+                continue
+            self.indexed -= 1
             if oldest[F_QUEUE] is not queue:
                 queue = oldest[F_QUEUE]
                 answers = by_queue.get(queue)
             key = oldest[F_KEY]
-            live = answers is not None and answers.get(key) is oldest
-            if live and len(order) <= bound and oldest[F_EXPIRES_AT] > now:
-                return
-            order.popleft()
-            if live:
+            if answers is not None and answers.get(key) is oldest:
                 del answers[key]
                 if not answers:
                     del by_queue[queue]
                     answers = None
 
     def is_live(self, record: tuple) -> bool:
+        self.index_tail()
         answers = self.by_queue.get(record[F_QUEUE])
         return answers is not None and answers.get(record[F_KEY]) is record
 
     def to_wire(self) -> list:
         """Every record in order, each with whether it still answers for its key."""
+        self.index_tail()
         return [[*record, self.is_live(record)] for record in self.order]
 
     @classmethod
@@ -142,4 +174,5 @@ class FiredMemory:
             memory.order.append(record)
             if live:
                 memory.by_queue.setdefault(record[F_QUEUE], {})[record[F_KEY]] = record
+        memory.indexed = len(memory.order)
         return memory

@@ -129,6 +129,8 @@ def check_fired_memory(memory: FiredMemory, broker: Broker, clock: int) -> None:
     with that txn and messageId, every dead letter a DLQ row of its queue."""
     order = memory.order
     require(len(order) <= limits.MAX_REMEMBERED_FIRES, f"{len(order)} fires remembered, over the bound")
+    require(0 <= memory.indexed <= len(order), f"{memory.indexed} of {len(order)} fire records filed")
+    memory.index_tail()  # the key maps are lazy (fired_memory.py): check them whole
     require(all(len(record) == len(RECORD_FIELDS) for record in order), "a fire record of another shape")
     require(all(a[F_FIRED_AT] <= b[F_FIRED_AT] for a, b in pairwise(order)), "fire records out of fire order")
     require(all(r[F_FIRED_AT] < r[F_EXPIRES_AT] and r[F_FIRED_AT] <= clock for r in order),

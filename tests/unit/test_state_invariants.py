@@ -124,16 +124,21 @@ def unindex_a_kv_expiry(state):
 
 def point_a_fire_at_another_offset(state):
     memory = state.fired_memory
+    memory.index_tail()
     record = memory.by_queue["q"]["a"]
     moved = record[:F_WHERE] + (record[F_WHERE] + 1,) + record[F_WHERE + 1:]
     memory.order[memory.order.index(record)] = memory.by_queue["q"]["a"] = moved
 
 
 def answer_from_a_record_outside_the_order(state):
-    state.fired_memory.order.popleft()
+    memory = state.fired_memory
+    memory.index_tail()
+    memory.order.popleft()  # its key still answers from it
+    memory.indexed -= 1
 
 
 def file_a_fire_under_another_key(state):
+    state.fired_memory.index_tail()
     answers = state.fired_memory.by_queue["q"]
     answers["a"] = answers["b"]
 
