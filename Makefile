@@ -21,7 +21,7 @@ $(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# One mixed fault-injection run of about a minute (the issue-5 smoke), then the suite; both always
+# One mixed fault-injection run of about a minute (the smoke run), then the suite; both always
 # run, either failing fails the target, and pytest's summary stays the closing line.
 test: venv
 	@$(MAKE) --no-print-directory jepsen-smoke; smoke=$$?; \
@@ -76,7 +76,7 @@ node-start node-stop node-kill node-restart: venv
 cluster-restart-all: venv
 	$(BIN)/python -m queen_raft cluster restart-all --config $(CLUSTER_CONFIG)
 
-# The suite of issue 6 (bench/): ours against etcd, Redis and PostgreSQL, installed by the suite itself.
+# The benchmark suite (bench/): ours against etcd, Redis and PostgreSQL, installed by the suite itself.
 # One scenario alone: $(BIN)/python -m bench <scenario> [--quick]
 bench: venv
 	$(BIN)/pip install --quiet -r bench/requirements.txt

@@ -20,7 +20,7 @@ from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
 from bench.systems import OURS, each_system
 from bench.timer_service import ScheduleOp, TimerService
 
-SINGLE_OP_CLIENTS = 32           # the figure
+SINGLE_OP_CLIENTS = 32           # the client count of the round-2 targets
 BATCH_OPS = 256                  # QUEEN_TIMERS_MAX_OPS_PER_CALL: the largest batch one call takes
 BATCH_KEY_SUFFIXES = tuple(f"-{i}" for i in range(BATCH_OPS))
 # Batches in flight at once: enough to keep the leader's pipeline full (one batch is one entry).

@@ -84,7 +84,7 @@ FOLLOWER_FIRST_HEAD_START_S = 1.5
 SKEW_EXPONENTS = (2, 16)
 # A restarted node must answer /health within this before the next step of a fault goes on.
 RESTART_ANSWER_S = 20.0
-# A snapshot fault acts once this many nodes have a snapshot writer running (the issue's reproduction
+# A snapshot fault acts once this many nodes have a snapshot writer running (the reproduction of the defect
 # waited for two of three), or when SNAPSHOT_WAIT_S has passed without that: then it acts anyway and
 # its record says `during_snapshot: false`. The harness's compaction setting (run.py) makes a
 # snapshot start every few tens of seconds under the workloads' load.

@@ -29,7 +29,7 @@ from bench.peers.debian_packages import postgres_bin_dir
 from bench.process_usage import children_of
 from bench.timer_service import PAYLOAD, QUEUE, QueuedMessage, Receipt, ScheduleOp
 
-POLL_INTERVAL_S = 0.05  # as the Redis poller: the cadence the reference figures used
+POLL_INTERVAL_S = 0.05  # as the Redis poller: the cadence the reference figures of the contract's design used
 FIRE_BATCH = 1000       # rows per fire transaction (as the Redis poller's move batch)
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_STOP_TIMEOUT_S = 60.0

@@ -27,7 +27,7 @@ from bench.peers.worker_loop import run_until_sigterm
 from bench.timer_service import PAYLOAD, QueuedMessage, Receipt, ScheduleOp
 
 # The default poll of those libraries is coarser (arq 0.5 s, RQ-scheduler 1 s); 50 ms is the
-# tightest that stays cheap when idle, and what the reference figures used.
+# tightest that stays cheap when idle, and what the reference figures of the contract's design used.
 POLL_INTERVAL_S = 0.05
 # Due timers moved per script call: large enough to drain fast, small enough that one call does
 # not block the single-threaded server for long (~1,000 members is ~1-2 ms of Lua).

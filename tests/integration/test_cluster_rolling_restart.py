@@ -15,7 +15,7 @@ from cluster_fixture import TENANTS, http_call, token
 
 pytestmark = pytest.mark.integration
 
-LEADERLESS_BOUND_S = 2.0  # issue's bound for any group during a rolling restart
+LEADERLESS_BOUND_S = 2.0  # the bound for any group during a rolling restart
 # Each writer call's own bound: a node being stopped may hold a request until it closes.
 WRITE_TIMEOUT_S = 3.0
 # The load stops by itself after this, whatever happens to restart-all.

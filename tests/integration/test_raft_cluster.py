@@ -114,7 +114,7 @@ def test_leader_kill_elects_a_new_leader_and_its_tick_fires_the_rest(make_cluste
     assert sorted(fired_keys) == keys, "every timer fires exactly once across the failover"
     assert all(fired_at >= due_at for _, due_at, fired_at in fired), "nothing fires before its instant"
     assert new_leader.status()["ticksProposed"] > 0, "the new leader's tick loop took over"
-    # The gap from the kill to the next fire (issue target: <= 2 s; here bounded like the failover).
+    # The gap from the kill to the next fire (target: <= 2 s; here bounded like the failover).
     first_fire_after_kill_ms = min(fired_at for _, _, fired_at in fired if fired_at > killed_at_ms)
     assert first_fire_after_kill_ms - killed_at_ms < FAILOVER_BOUND_S * 1000
     assert survivors[0].read("fired") == survivors[1].read("fired")
