@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
 from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
 from queen_raft.state.message_items import ACK_STATUSES
+from queen_raft.state.push_rows import PUSH_ROW_FIELDS
 
 BAD_REQUEST = "bad_request"
 ANSWER_TOO_LARGE = "answer_too_large"
@@ -163,12 +165,16 @@ def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> 
             else item for item in items]
 
 
+# A push call travels as rows (state/push_rows.py): the same items, positional.
+_push_row = itemgetter(*PUSH_ROW_FIELDS)
+
+
 async def post_push(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)
     items = parse_push_items(await json_body(request, BAD_REQUEST))
-    items = encrypt_push_items(serving, principal.tenant, items)
-    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
+    rows = list(map(_push_row, encrypt_push_items(serving, principal.tenant, items)))
+    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "rows": rows}, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
     return json_response({"results": result["results"]}, status=201, floats_finite=True)

@@ -57,6 +57,7 @@ from .limits import (
 from .message_items import validate_ack_item, validate_push_item
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
+from .push_rows import push_rows_command
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
@@ -186,6 +187,8 @@ class TenantState:
     # --- messages ---------------------------------------------------------------------------------
 
     def _push(self, command: dict, now: int) -> dict:
+        if "rows" in command:  # the rows form (push_rows.py); entries without it hold items
+            return push_rows_command(self, command, now)
         items = command.get("items")
         require(isinstance(items, list), "bad_request", "items must be a list")
         for index, item in enumerate(items):
