@@ -226,7 +226,7 @@ class TenantState:
                                      and self.broker.released.get(lease_id) is None),
                 "bad_request", "leaseId already in use")
         return self.broker.pop(queue, partition, group_name(command.get("consumerGroup")), batch,
-                               lease_id, auto_ack, now, answer_bound(command.get("maxBytes")))
+                               lease_id, auto_ack, now, answer_bound(command.get("maxBytes")), self.answering)
 
     def _ack(self, command: dict, now: int) -> dict:
         items = command.get("acknowledgments")
@@ -237,7 +237,7 @@ class TenantState:
         require(lease_id is None or isinstance(lease_id, str), "bad_request",
                 "leaseId must be a string")
         group = group_name(command.get("consumerGroup"))
-        return {"results": self.broker.ack(group, lease_id, items, now)}
+        return {"results": self.broker.ack(group, lease_id, items, now, self.answering)}
 
     def _lease_extend(self, command: dict, now: int) -> dict:
         lease_id, seconds = command.get("leaseId"), command.get("seconds")
