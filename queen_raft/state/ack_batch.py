@@ -3,8 +3,9 @@ items named by transactionId (rather than by offset) are found with.
 
 `Broker.resolve_ack` settles such an item on the first offset, in the lease's delivery order, still
 pending under the lease whose message carries that transactionId. Scanning the lease for each item
-costs O(batch) per item, O(batch^2) for an ack of the whole batch. This index is built once, at the
-first item of the command that needs it, from the lease as it stands then; within the command the
+costs O(batch) per item acked out of delivery order, O(batch^2) for a batch acked in reverse. This
+index is built once, at the first item of the command out of order, from the lease as it stands
+then (an item in order is the lease's first pending message, read alone); within the command the
 lease only loses pending offsets (an ack settles, nothing delivers), so the first offset of a
 transactionId's list that is still pending is exactly the offset the scan would find.
 """
@@ -28,7 +29,13 @@ class PendingByTxn:
 
     def find(self, lease: Lease, partition: Partition, txn: str) -> int | None:
         """The first offset still pending under `lease` whose message carries `txn`, or None."""
-        if lease is not self.lease:  # one command acks under one lease; rebuilt if not
+        if lease is not self.lease:  # one command acks under one lease; built for another if not
+            # Acks in delivery order (the usual batch) name the first pending message each time:
+            # that one is read alone, and the index is built only for an item out of order.
+            first = next(iter(lease.pending), None)
+            message = None if first is None else partition.message(first)
+            if message is not None and message[MSG_TXN] == txn:
+                return first
             self.lease = lease
             offsets: dict[str, list[int]] = {}
             for pending in lease.pending:
