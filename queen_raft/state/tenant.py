@@ -86,8 +86,8 @@ def collector_paused() -> Iterator[None]:
 
 class TenantState:
     # False while the entry being applied is one whose answer nobody reads (raft/replicated_state.py):
-    # the schedule and push paths then leave out their per-row result maps. What the state becomes
-    # never depends on it, only what apply returns.
+    # the schedule, push, pop and ack paths then leave out their per-row result maps. What the
+    # state becomes never depends on it, only what apply returns.
     answering = True
 
     def __init__(self) -> None:
