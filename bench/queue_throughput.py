@@ -17,9 +17,10 @@ import time
 from bench.latency import summary
 from bench.load_generator import closed_loop
 from bench.process_usage import CpuWindow
+from bench.profiler import profiled
 from bench.report import ScenarioResult
 from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
-from bench.systems import each_system
+from bench.systems import OURS, each_system
 from bench.timer_service import TimerService
 
 BATCH = 100
@@ -27,7 +28,7 @@ PUSH_CLIENTS = 4
 DURATION_S = {False: 10.0, True: 3.0}
 
 
-def measure(service: TimerService, quick: bool) -> dict:
+def measure(service: TimerService, quick: bool, profile: bool = False) -> dict:
     duration = DURATION_S[quick]
 
     async def body() -> dict:
@@ -39,7 +40,7 @@ def measure(service: TimerService, quick: bool) -> dict:
 
             cpu = CpuWindow(service.pids)
             cpu.start(time.monotonic())
-            with SystemCpu(service.pids) as push_sum:
+            with profiled(service, "queue_push", duration, enabled=profile), SystemCpu(service.pids) as push_sum:
                 pushed = await closed_loop(push, PUSH_CLIENTS, duration)
             push_cpu = cpu.stop(time.monotonic())
             taken = 0
@@ -52,7 +53,7 @@ def measure(service: TimerService, quick: bool) -> dict:
                 return len(messages)
 
             cpu.start(time.monotonic())
-            with SystemCpu(service.pids) as pop_sum:
+            with profiled(service, "queue_pop_ack", duration, enabled=profile), SystemCpu(service.pids) as pop_sum:
                 popped = await closed_loop(pop_ack, 1, duration)
             pop_cpu = cpu.stop(time.monotonic())
         finally:
@@ -77,7 +78,7 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
     pop_p99 = result.figure("pop + ack round latency p99", "ms")
     push_cpu = result.figure(f"push: {CPU_FIGURE_NOTE} per message", "us")
     pop_cpu = result.figure(f"pop + ack: {CPU_FIGURE_NOTE} per message", "us")
-    for name, figures in each_system(names, lambda s: measure(s, quick)):
+    for name, figures in each_system(names, lambda s: measure(s, quick, profile and s.name == OURS)):
         result.details[name] = figures
         push.values[name] = figures["push"]["messages_per_s"]
         push_p99.values[name] = figures["push"]["call_latency_ms"]["p99"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
 from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
 from queen_raft.state.message_items import ACK_STATUSES
+from queen_raft.state.push_rows import PUSH_ROW_FIELDS
 
 BAD_REQUEST = "bad_request"
 ANSWER_TOO_LARGE = "answer_too_large"
@@ -73,9 +75,10 @@ def wire_message(message: dict, cipher: PayloadCipher | None) -> dict:
 
     A payload that cannot be decrypted here (no key on this node, or a rotated key) is shown as
     stored, with `encrypted: true`, rather than failing the whole answer."""
-    out = {k: v for k, v in message.items() if k not in ("payload", "encrypted")}
-    payload = bytes(message.get("payload", b""))
-    if message.get("encrypted"):
+    out = dict(message)  # the fields in their order, less the two replaced below
+    payload = bytes(out.pop("payload", b""))
+    encrypted = out.pop("encrypted", False)
+    if encrypted:
         try:
             if cipher is None:
                 raise PayloadDecryptError("this node has no QUEEN_ENCRYPTION_KEY")
@@ -163,12 +166,16 @@ def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> 
             else item for item in items]
 
 
+# A push call travels as rows (state/push_rows.py): the same items, positional.
+_push_row = itemgetter(*PUSH_ROW_FIELDS)
+
+
 async def post_push(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)
     items = parse_push_items(await json_body(request, BAD_REQUEST))
-    items = encrypt_push_items(serving, principal.tenant, items)
-    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "items": items}, UNAVAILABLE)
+    rows = list(map(_push_row, encrypt_push_items(serving, principal.tenant, items)))
+    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "rows": rows}, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
     return json_response({"results": result["results"]}, status=201, floats_finite=True)
@@ -267,9 +274,10 @@ def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozense
     consumerGroup and leaseId)."""
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
-    unknown = sorted(raw.keys() - ACK_ITEM_FIELDS - extra_fields)
-    if unknown:
-        raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if not raw.keys() <= ACK_ITEM_FIELDS:  # else no field is unknown (one set test, the usual case)
+        unknown = sorted(raw.keys() - ACK_ITEM_FIELDS - extra_fields)
+        if unknown:
+            raise bad_request(f"{where}: unknown field(s) {', '.join(unknown)}")
     status = raw.get("status", "completed")
     if status not in ACK_STATUSES:
         raise bad_request(f"{where}: status {status!r} is not one of {', '.join(ACK_STATUSES)}")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import sys
 
+from .ack_batch import PendingByTxn, ack_items
 from .dlq_pages import dlq_page
 from .limits import (
     DEFAULT_PARTITION,
@@ -174,7 +175,10 @@ class Broker:
         return None
 
     def pop(self, queue_name: str, partition_name: str | None, group_name: str, batch: int,
-            lease_id: str, auto_ack: bool, now: int, max_bytes: int | None = None) -> dict:
+            lease_id: str, auto_ack: bool, now: int, max_bytes: int | None = None,
+            answering: bool = True) -> dict:
+        """Takes the lease and delivers; with `answering` False (nobody reads the answer) the
+        answer leaves out the messages, and the state is the same."""
         empty = {"leaseId": None, "messages": []}
         queue = self.queues.get(queue_name)
         if queue is None:
@@ -196,21 +200,25 @@ class Broker:
                 offsets = partition.offsets_within_bytes(offsets, max_bytes)
             group = partition.group(group_name)
             return self._deliver(queue, partition, group, group_name, offsets, lease_id,
-                                 auto_ack, now)
+                                 auto_ack, now, answering)
         return empty
 
     def _deliver(self, queue: Queue, partition: Partition, group: GroupCursor, group_name: str,
-                 offsets: list[int], lease_id: str, auto_ack: bool, now: int) -> dict:
+                 offsets: list[int], lease_id: str, auto_ack: bool, now: int,
+                 answering: bool = True) -> dict:
         message_lease_id = None if auto_ack else lease_id
         messages = []
         deliveries = group.deliveries
+        log, base, queue_name, partition_name = partition.log, partition.base, queue.name, partition.name
         for offset in offsets:
             attempt = deliveries.get(offset, 0) + 1
             deliveries[offset] = attempt
-            message = partition.message(offset)
+            if not answering:
+                continue
+            message = log[offset - base]  # deliverable: retained
             messages.append({
                 "transactionId": message[MSG_TXN], "messageId": message[MSG_ID],
-                "queue": queue.name, "partition": partition.name, "offset": offset,
+                "queue": queue_name, "partition": partition_name, "offset": offset,
                 "leaseId": message_lease_id, "deliveryAttempt": attempt,
                 "payload": message[MSG_PAYLOAD], "createdAt": message[MSG_CREATED_AT],
                 "consumerGroup": group_name, "encrypted": message[MSG_ENCRYPTED],
@@ -246,9 +254,10 @@ class Broker:
 
     # --- ack --------------------------------------------------------------------------------------
 
-    def resolve_ack(self, group_name: str, lease_id: str | None, item: dict,
-                    now: int) -> tuple[Lease, int] | None:
-        """The lease and offset an ack item settles, or None when the lease does not cover it."""
+    def resolve_ack(self, group_name: str, lease_id: str | None, item: dict, now: int,
+                    by_txn: PendingByTxn | None = None) -> tuple[Lease, int] | None:
+        """The lease and offset an ack item settles, or None when the lease does not cover it.
+        `by_txn` finds an item named by transactionId without scanning the lease each time."""
         lease = None if lease_id is None else self.leases.get(lease_id)
         if lease is None or lease.expires_at <= now or lease.group != group_name:
             return None
@@ -261,6 +270,9 @@ class Broker:
             return (lease, offset) if offset in lease.pending else None
         partition = self.queues[lease.queue].partitions[lease.partition]
         txn = item["transactionId"]
+        if by_txn is not None:
+            found = by_txn.find(lease, partition, txn)
+            return None if found is None else (lease, found)
         for pending in lease.pending:
             message = partition.message(pending)
             if message is not None and message[MSG_TXN] == txn:
@@ -313,30 +325,10 @@ class Broker:
             self.released.remember(lease, now)
         return filed
 
-    def ack(self, group_name: str, lease_id: str | None, items: list[dict], now: int) -> dict:
-        results = []
-        for index, item in enumerate(items):
-            resolved = self.resolve_ack(group_name, lease_id, item, now)
-            if resolved is None:
-                results.append(self._answer_retry(group_name, lease_id, item, index, now))
-                continue
-            lease, offset = resolved
-            filed = self.settle(lease, offset, item["status"], item.get("error"), now)
-            results.append({"index": index, "success": True, "dlq": filed})
-        return results
-
-    def _answer_retry(self, group_name: str, lease_id: str | None, item: dict, index: int,
-                      now: int) -> dict:
-        """The answer to an item its lease does not hold pending: its first answer again when it
-        repeats an ack the lease settled (live or remembered), else `invalid_lease`. Reads only."""
-        settlement = self.remembered_settlement(group_name, lease_id, item, now)
-        if settlement is None:
-            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
-        _txn, status, filed = settlement
-        if status == item["status"]:
-            return {"index": index, "success": True, "dlq": filed}
-        return {"index": index, "success": False, "error": "invalid_lease", "dlq": False,
-                "message": f"already settled as {status}"}
+    def ack(self, group_name: str, lease_id: str | None, items: list[dict], now: int,
+            answering: bool = True) -> list[dict]:
+        """An ack command's items applied in order (ack_batch.py)."""
+        return ack_items(self, group_name, lease_id, items, now, answering)
 
     def extend(self, lease_id: str, seconds: int, now: int) -> dict:
         lease = self.leases.get(lease_id)

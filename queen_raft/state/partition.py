@@ -137,7 +137,8 @@ class Partition:
         return None
 
     def append(self, message: tuple, dedup_window_ms: int) -> int:
-        # fire.fire inlines these steps (its hot path): a change here goes there too.
+        # fire.fire and push_rows.push_rows inline these steps (their hot paths): a change here goes
+        # there too.
         offset = self.base + len(self.log)
         self.log.append(message)
         if dedup_window_ms > 0:

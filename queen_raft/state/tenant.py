@@ -57,6 +57,7 @@ from .limits import (
 from .message_items import validate_ack_item, validate_push_item
 from .partition import MSG_CREATED_AT, MSG_ENCRYPTED, MSG_ID, MSG_PAYLOAD, MSG_PRODUCER_SUB, \
     MSG_TRACE_ID, MSG_TXN
+from .push_rows import push_rows_command
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
@@ -85,8 +86,8 @@ def collector_paused() -> Iterator[None]:
 
 class TenantState:
     # False while the entry being applied is one whose answer nobody reads (raft/replicated_state.py):
-    # the schedule and push paths then leave out their per-row result maps. What the state becomes
-    # never depends on it, only what apply returns.
+    # the schedule, push, pop and ack paths then leave out their per-row result maps. What the
+    # state becomes never depends on it, only what apply returns.
     answering = True
 
     def __init__(self) -> None:
@@ -186,6 +187,8 @@ class TenantState:
     # --- messages ---------------------------------------------------------------------------------
 
     def _push(self, command: dict, now: int) -> dict:
+        if "rows" in command:  # the rows form (push_rows.py); entries without it hold items
+            return push_rows_command(self, command, now)
         items = command.get("items")
         require(isinstance(items, list), "bad_request", "items must be a list")
         for index, item in enumerate(items):
@@ -223,7 +226,7 @@ class TenantState:
                                      and self.broker.released.get(lease_id) is None),
                 "bad_request", "leaseId already in use")
         return self.broker.pop(queue, partition, group_name(command.get("consumerGroup")), batch,
-                               lease_id, auto_ack, now, answer_bound(command.get("maxBytes")))
+                               lease_id, auto_ack, now, answer_bound(command.get("maxBytes")), self.answering)
 
     def _ack(self, command: dict, now: int) -> dict:
         items = command.get("acknowledgments")
@@ -234,7 +237,7 @@ class TenantState:
         require(lease_id is None or isinstance(lease_id, str), "bad_request",
                 "leaseId must be a string")
         group = group_name(command.get("consumerGroup"))
-        return {"results": self.broker.ack(group, lease_id, items, now)}
+        return {"results": self.broker.ack(group, lease_id, items, now, self.answering)}
 
     def _lease_extend(self, command: dict, now: int) -> dict:
         lease_id, seconds = command.get("leaseId"), command.get("seconds")
