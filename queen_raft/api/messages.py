@@ -13,6 +13,7 @@ from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError, encryp
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
+from queen_raft.api.long_poll import wait_riding_tick
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
@@ -179,10 +180,18 @@ async def post_push(request: web.Request) -> web.Response:
 
 async def _pop_once(serving: ServingNode, tenant: str, command_args: dict) -> dict | None:
     command = dict(command_args, leaseId=new_lease_id())
-    result = await propose(serving, tenant, command, UNAVAILABLE)
+    return _pop_answer(await propose(serving, tenant, command, UNAVAILABLE))
+
+
+def _pop_answer(result: dict) -> dict | None:
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "pop refused")
     return result if result.get("messages") else None
+
+
+def _pop_response(result: dict, cipher: PayloadCipher | None) -> web.Response:
+    return json_response({"leaseId": result.get("leaseId"),
+                          "messages": [wire_message(m, cipher) for m in result["messages"]]}, floats_finite=True)
 
 
 async def get_pop(request: web.Request) -> web.Response:
@@ -223,14 +232,15 @@ async def get_pop(request: web.Request) -> web.Response:
                 # after its pop was applied here, before proposing one.
                 result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
             if result is not None:
-                return json_response({"leaseId": result.get("leaseId"),
-                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]},
-                                     floats_finite=True)
+                return _pop_response(result, serving.cipher)
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
-        applied = await signal.wait(min(remaining, LONG_POLL_RECHECK_S), seen)
+        applied, rode = await wait_riding_tick(group, signal, turn_key, command_args, min(remaining, LONG_POLL_RECHECK_S), seen)
         seen = signal.generation
+        result = None if rode is None else _pop_answer(rode)
+        if result is not None:
+            return _pop_response(result, serving.cipher)
         if applied:
             ready = group.peek_local(deliverable)
         else:

@@ -30,11 +30,12 @@ from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.handoff import ResultHandoff
 from queen_raft.raft.journal_factory import unregister_journal
 from queen_raft.raft.loopback import is_loopback_host, refuse_open_pickle_port
-from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, settle_future
+from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, encode_batch, settle_future
 from queen_raft.raft.read_barrier import ReadBarrier
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import MAX_ENTRY_BYTES, RaftSettings
 from queen_raft.raft.tick import TickLoop
+from queen_raft.raft.tick_riders import TickRiders
 from queen_raft.raft.transport import GroupTransport, split_address
 
 __all__ = ["EntryTooLarge", "GroupUnavailable", "TenantGroup", "is_loopback_host"]
@@ -98,6 +99,8 @@ class TenantGroup:
         self._in_flight = 0
         self._last_leadership: tuple[str, str | None] | None = None
         self._barrier = ReadBarrier(self.propose)
+        # Long polls parked on this node, whose pops ride the leader's next tick (tick_riders.py).
+        self.tick_riders = TickRiders()
         self._tick_loop = self._new_tick_loop()
 
         files = GroupFiles.under(data_dir)
@@ -199,13 +202,19 @@ class TenantGroup:
             raise GroupUnavailable("disk_full", detail="this node's journal cannot write")  # reads go on
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
-    async def _propose(self, command: dict, timeout_s: float, alone: bool = False) -> dict:
-        """alone: propose at once as its own entry, outside the batcher (the leader's ticks)."""
+    async def _propose(self, command: dict | list[dict], timeout_s: float, alone: bool = False) -> Any:
+        """alone: propose at once as its own entry, outside the batcher (the leader's ticks). A list
+        of commands (alone only) is one batch entry; its answer is their results, in order."""
         loop = asyncio.get_running_loop()
         self._bind_loop(loop)
-        if "now" not in command:
-            command["now"] = clock.wall_ms()
-        entry = encode_command(command)
+        if isinstance(command, list):
+            for one in command:
+                one.setdefault("now", clock.wall_ms())
+            entry = encode_batch([encode_command(one) for one in command])
+        else:
+            if "now" not in command:
+                command["now"] = clock.wall_ms()
+            entry = encode_command(command)
         if len(entry) > MAX_ENTRY_BYTES:
             raise EntryTooLarge(f"entry of {len(entry)} bytes exceeds MAX_ENTRY_BYTES={MAX_ENTRY_BYTES}")
         if self._in_flight >= self.settings.max_in_flight:
@@ -273,6 +282,8 @@ class TenantGroup:
             # Through the attribute at each call, so a test may observe the tick's proposals.
             propose_tick=lambda command, timeout_s: self._propose(command, timeout_s, alone=True),
             report_result=self._report_tick_result,
+            riders=self.tick_riders,
+            propose_entry=lambda commands, timeout_s: self._propose(commands, timeout_s, alone=True),
         )
 
     def _on_applied(self, next_due_at: int | None) -> None:
