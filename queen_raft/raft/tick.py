@@ -334,6 +334,12 @@ class TickLoop:
             riders = self._riders.take() if self._riders is not None else []
             for rider in riders:
                 rider.command["now"] = command["now"]  # the pops apply at the tick's instant
+            if not run.more_due:
+                # Outside a drain at most one tick is in flight and the loop only waits for its
+                # outcome: run it here, so the entry is queued for the Raft thread now, not a loop
+                # turn after the stamp (up to a few ms when HTTP calls keep the loop busy).
+                await self._tick_once(command, run, riders)
+                return
             task = self._loop.create_task(self._tick_once(command, run, riders))
             if riders:
                 # A task cancelled before it first runs never reaches its own settling.

@@ -159,7 +159,7 @@ async def test_a_tick_task_cancelled_before_it_runs_still_settles_its_riders():
     loop = _tick_loop(propose_entry)
     loop.bind(asyncio.get_running_loop())
     rider = loop._riders.park("k", dict(POP))
-    run = TickRun()
+    run = TickRun(more_due=True)  # a drain: ticks go as tasks, pipelined
     await loop._carry_out(Propose(), run)
     [task] = run.in_flight
     assert rider.command["now"] > 0  # the pop applies at the tick's instant
@@ -182,3 +182,22 @@ async def test_a_long_poll_whose_tick_failed_answers_503_unavailable():
     with pytest.raises(ApiError) as raised:
         await asyncio.wait_for(waiting, 1.0)
     assert raised.value.status == 503 and raised.value.code == "unavailable"
+
+
+async def test_outside_a_drain_the_tick_is_proposed_before_the_loop_turns():
+    # The stamp and the proposal are not a loop turn apart (a busy loop would delay the fire).
+    from queen_raft.raft.tick import Propose, TickRun
+
+    proposed = []
+
+    async def propose_tick(command, timeout_s):
+        proposed.append(command["op"])
+        return {"fired": 0, "moreDue": False}
+
+    loop = TickLoop("t", RaftSettings(), is_leader=lambda: True, next_due_at=lambda: None,
+                    observe_leadership=lambda: None, propose_tick=propose_tick, report_result=lambda result: None)
+    loop.bind(asyncio.get_running_loop())
+    run = TickRun()
+    await loop._carry_out(Propose(), run)
+    assert proposed == ["tick"] and not run.in_flight
+    assert list(run.outcomes) == [(False, 0.0)]
