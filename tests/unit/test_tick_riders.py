@@ -201,3 +201,53 @@ async def test_outside_a_drain_the_tick_is_proposed_before_the_loop_turns():
     await loop._carry_out(Propose(), run)
     assert proposed == ["tick"] and not run.in_flight
     assert list(run.outcomes) == [(False, 0.0)]
+
+
+class _Barrier:
+    """A read barrier the test ends: with a value, or with an error."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.get_running_loop().create_future()
+
+    async def wait(self):
+        return await self.done
+
+
+async def test_the_first_look_parks_the_pop_and_a_tick_taking_it_answers_the_call():
+    from queen_raft.api.long_poll import ride_tick_during
+
+    group, barrier = _LeaderGroup(), _Barrier()
+    looking = asyncio.ensure_future(ride_tick_during(group, "k", POP, barrier.wait()))
+    await asyncio.sleep(0)
+    [rider] = group.tick_riders.take()  # a tick proposed during the barrier's round
+    barrier.done.set_result(False)
+    await asyncio.sleep(0.01)
+    assert not looking.done()  # the taken pop's answer is awaited, not dropped
+    rider.future.set_result({"messages": ["m"]})
+    assert await asyncio.wait_for(looking, 1.0) == (False, {"messages": ["m"]})
+
+
+async def test_a_failed_barrier_gives_way_to_a_taken_pop_with_messages_only():
+    from queen_raft.api.long_poll import ride_tick_during
+
+    group = _LeaderGroup()
+    for answer, outcome in (({"messages": ["m"]}, (None, {"messages": ["m"]})), ({"messages": []}, None)):
+        barrier = _Barrier()
+        looking = asyncio.ensure_future(ride_tick_during(group, "k", POP, barrier.wait()))
+        await asyncio.sleep(0)
+        [rider] = group.tick_riders.take()
+        rider.future.set_result(answer)
+        barrier.done.set_exception(GroupUnavailable("timeout"))
+        if outcome is None:
+            with pytest.raises(GroupUnavailable):
+                await looking
+        else:
+            assert await looking == outcome
+    # Not taken: the barrier's error, and the pop unparked.
+    barrier = _Barrier()
+    looking = asyncio.ensure_future(ride_tick_during(group, "k", POP, barrier.wait()))
+    await asyncio.sleep(0)
+    barrier.done.set_exception(GroupUnavailable("timeout"))
+    with pytest.raises(GroupUnavailable):
+        await looking
+    assert len(group.tick_riders) == 0
