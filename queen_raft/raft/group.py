@@ -53,6 +53,14 @@ def _time_out(future: asyncio.Future) -> None:
     settle_future(future, None, _TIMED_OUT)
 
 
+def _answer_then_settle(on_answer: Callable[[Any, Any], None], settle: Callable[[Any, Any], None],
+                        result: Any, error: Any) -> None:
+    try:
+        on_answer(result, error)
+    finally:
+        settle(result, error)
+
+
 class TenantGroup:
     """One tenant's group on this node. Construct on the main thread: pysyncobj's tick thread stops
     when the thread that constructed it exits."""
@@ -202,9 +210,12 @@ class TenantGroup:
             raise GroupUnavailable("disk_full", detail="this node's journal cannot write")  # reads go on
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
-    async def _propose(self, command: dict | list[dict], timeout_s: float, alone: bool = False) -> Any:
+    async def _propose(self, command: dict | list[dict], timeout_s: float, alone: bool = False,
+                       on_answer: Callable[[Any, Any], None] | None = None) -> Any:
         """alone: propose at once as its own entry, outside the batcher (the leader's ticks). A list
-        of commands (alone only) is one batch entry; its answer is their results, in order."""
+        of commands (alone only) is one batch entry; its answer is their results, in order.
+        on_answer (alone only): called with (result, pysyncobj error) on the loop thread as the
+        answer arrives, before the caller's coroutine resumes (a loop turn later)."""
         loop = asyncio.get_running_loop()
         self._bind_loop(loop)
         if isinstance(command, list):
@@ -236,6 +247,8 @@ class TenantGroup:
         try:
             if alone:
                 handoff, settle = self._handoff, functools.partial(settle_future, future)
+                if on_answer is not None:
+                    settle = functools.partial(_answer_then_settle, on_answer, settle)
                 self._consumer.submit(entry, lambda result, error: handoff.put(settle, result, error))
             else:
                 # Coalesced with the commands proposed around it into one entry (proposal_batch.py).
@@ -283,7 +296,8 @@ class TenantGroup:
             propose_tick=lambda command, timeout_s: self._propose(command, timeout_s, alone=True),
             report_result=self._report_tick_result,
             riders=self.tick_riders,
-            propose_entry=lambda commands, timeout_s: self._propose(commands, timeout_s, alone=True),
+            propose_entry=lambda commands, timeout_s, on_answer: self._propose(commands, timeout_s, alone=True,
+                                                                               on_answer=on_answer),
         )
 
     def _on_applied(self, next_due_at: int | None) -> None:

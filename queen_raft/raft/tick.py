@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pysyncobj import FAIL_REASON
+
 from queen_raft import clock
 from queen_raft.raft.errors import GroupUnavailable
 from queen_raft.raft.fire_batch import next_fire_batch
@@ -191,7 +193,7 @@ class TickLoop:
         propose_tick: Callable[[dict, float], Awaitable[dict]],
         report_result: Callable[[dict], None],
         riders: TickRiders | None = None,
-        propose_entry: Callable[[list[dict], float], Awaitable[Any]] | None = None,
+        propose_entry: Callable[[list[dict], float, Callable[[Any, Any], None]], Awaitable[Any]] | None = None,
     ) -> None:
         self.tenant = tenant
         self.settings = settings
@@ -352,8 +354,14 @@ class TickLoop:
         rider with its pop's answer, or with the error that ended the tick (then raised again)."""
         if not riders:
             return await self._propose_tick(command, timeout_s)
+        def answered(answers: Any, error: Any) -> None:
+            # As the entry's answer reaches the loop: the long polls resume without waiting a loop
+            # turn for this coroutine.
+            if error == FAIL_REASON.SUCCESS and isinstance(answers, list) and len(answers) == len(riders) + 1:
+                settle_riders(riders, answers[1:], None)
+
         try:
-            answers = await self._propose_entry([command, *(rider.command for rider in riders)], timeout_s)
+            answers = await self._propose_entry([command, *(rider.command for rider in riders)], timeout_s, answered)
         except BaseException as exc:
             settle_riders(riders, None, exc if isinstance(exc, Exception) else
                           GroupUnavailable("leader_changed", detail="the tick was cancelled"))

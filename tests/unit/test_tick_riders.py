@@ -57,7 +57,7 @@ def _tick_loop(propose_entry) -> TickLoop:
 async def test_the_tick_entry_carries_the_riders_after_the_tick_and_each_gets_its_answer():
     proposed = []
 
-    async def propose_entry(commands, timeout_s):
+    async def propose_entry(commands, timeout_s, on_answer=None):
         proposed.append([c["op"] for c in commands])
         return [{"fired": 1, "moreDue": False}, {"messages": ["m"]}]
 
@@ -71,7 +71,7 @@ async def test_the_tick_entry_carries_the_riders_after_the_tick_and_each_gets_it
 
 
 async def test_a_tick_that_fails_settles_its_riders_with_the_error():
-    async def propose_entry(commands, timeout_s):
+    async def propose_entry(commands, timeout_s, on_answer=None):
         raise GroupUnavailable("timeout")
 
     loop = _tick_loop(propose_entry)
@@ -85,7 +85,7 @@ async def test_a_tick_that_fails_settles_its_riders_with_the_error():
 async def test_an_entry_refused_whole_answers_every_rider_the_refusal():
     refusal = {"error": "internal", "message": "did not decode"}
 
-    async def propose_entry(commands, timeout_s):
+    async def propose_entry(commands, timeout_s, on_answer=None):
         return refusal
 
     loop = _tick_loop(propose_entry)
@@ -153,7 +153,7 @@ async def test_a_cancelled_long_poll_unparks_its_pop():
 async def test_a_tick_task_cancelled_before_it_runs_still_settles_its_riders():
     from queen_raft.raft.tick import Propose, TickRun
 
-    async def propose_entry(commands, timeout_s):
+    async def propose_entry(commands, timeout_s, on_answer=None):
         raise AssertionError("cancelled before it ran")
 
     loop = _tick_loop(propose_entry)
@@ -251,3 +251,23 @@ async def test_a_failed_barrier_gives_way_to_a_taken_pop_with_messages_only():
     with pytest.raises(GroupUnavailable):
         await looking
     assert len(group.tick_riders) == 0
+
+
+async def test_riders_get_their_answers_as_the_entry_answers_not_a_loop_turn_later():
+    from pysyncobj import FAIL_REASON
+
+    answers = [{"fired": 1, "moreDue": False}, {"messages": ["m"]}]
+    resumed = asyncio.Event()
+
+    async def propose_entry(commands, timeout_s, on_answer):
+        on_answer(answers, FAIL_REASON.SUCCESS)  # the handoff hands the answer to the loop
+        await resumed.wait()  # the tick's coroutine resumes only later
+        return answers
+
+    loop = _tick_loop(propose_entry)
+    rider = loop._riders.park("k", dict(POP))
+    ticking = asyncio.ensure_future(loop._propose_tick_with({"op": "tick", "now": 5}, loop._riders.take(), 1.0))
+    assert await asyncio.wait_for(rider.future, 1.0) == {"messages": ["m"]}
+    assert not ticking.done()
+    resumed.set()
+    assert await ticking == answers[0]
