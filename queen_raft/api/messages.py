@@ -14,6 +14,7 @@ from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError, encryp
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
+from queen_raft.api.long_poll import ride_tick_during, wait_riding_tick
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
@@ -186,16 +187,36 @@ async def post_push(request: web.Request) -> web.Response:
 
 async def _pop_once(serving: ServingNode, tenant: str, command_args: dict) -> dict | None:
     command = dict(command_args, leaseId=new_lease_id())
-    result = await propose(serving, tenant, command, UNAVAILABLE)
+    return _pop_answer(await propose(serving, tenant, command, UNAVAILABLE))
+
+
+def _pop_answer(result: dict) -> dict | None:
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "pop refused")
     return result if result.get("messages") else None
 
 
+def _pop_response(result: dict, cipher: PayloadCipher | None) -> web.Response:
+    return json_response({"leaseId": result.get("leaseId"),
+                          "messages": [wire_message(m, cipher) for m in result["messages"]]}, floats_finite=True)
+
+
+async def _first_look(serving: ServingNode, tenant: str, turn_key: tuple, command_args: dict,
+                      deliverable: Any, wait: bool) -> tuple[bool, dict | None]:
+    """(deliverable, pop answer) after the read barrier; a long poll's pop rides a tick proposed
+    during the barrier's round (long_poll.py), and its answer, when it has messages, is the call's."""
+    barrier = read(serving, tenant, deliverable, UNAVAILABLE)
+    if not wait:
+        return await barrier, None
+    ready, rode = await ride_tick_during(serving.groups[tenant], turn_key, command_args, barrier)
+    return bool(ready), None if rode is None else _pop_answer(rode)
+
+
 async def get_pop(request: web.Request) -> web.Response:
     """A pop is a write (it takes a lease). The long poll waits on applies and proposes a pop only
     when the state says one would return something, so an idle consumer adds no log entries
-    beyond one read barrier per LONG_POLL_RECHECK_S."""
+    beyond one read barrier per LONG_POLL_RECHECK_S (on the leader, while it waits, its pop rides
+    the tick entries: long_poll.py)."""
     serving = serving_of(request)
     principal = require(serving.config, request, Access.CONSUME)
     tenant = principal.tenant
@@ -221,8 +242,12 @@ async def get_pop(request: web.Request) -> web.Response:
     # one, so the barrier's round trip would only delay it (a consumer coming back for the fires
     # that landed during its last pop paid one commit more per cycle).
     seen = signal.generation
-    ready = group.peek_local(deliverable) or await read(serving, tenant, deliverable, UNAVAILABLE)
     turn_key = (tenant, queue, partition, group_name)
+    ready = group.peek_local(deliverable)
+    if not ready:
+        ready, result = await _first_look(serving, tenant, turn_key, command_args, deliverable, wait)
+        if result is not None:
+            return _pop_response(result, serving.cipher)
     while True:
         if ready:
             async with serving.pop_turns.turn(turn_key):
@@ -230,14 +255,15 @@ async def get_pop(request: web.Request) -> web.Response:
                 # after its pop was applied here, before proposing one.
                 result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
             if result is not None:
-                return json_response({"leaseId": result.get("leaseId"),
-                                      "messages": [wire_message(m, serving.cipher) for m in result["messages"]]},
-                                     floats_finite=True)
+                return _pop_response(result, serving.cipher)
         remaining = deadline - time.monotonic()
         if remaining <= 0 or request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
-        applied = await signal.wait(min(remaining, LONG_POLL_RECHECK_S), seen)
+        applied, rode = await wait_riding_tick(group, signal, turn_key, command_args, min(remaining, LONG_POLL_RECHECK_S), seen)
         seen = signal.generation
+        result = None if rode is None else _pop_answer(rode)
+        if result is not None:
+            return _pop_response(result, serving.cipher)
         if applied:
             ready = group.peek_local(deliverable)
         else:

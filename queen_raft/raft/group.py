@@ -30,11 +30,12 @@ from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.handoff import ResultHandoff
 from queen_raft.raft.journal_factory import unregister_journal
 from queen_raft.raft.loopback import is_loopback_host, refuse_open_pickle_port
-from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, settle_future
+from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, encode_batch, settle_future
 from queen_raft.raft.read_barrier import ReadBarrier
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import MAX_ENTRY_BYTES, RaftSettings
 from queen_raft.raft.tick import TickLoop
+from queen_raft.raft.tick_riders import TickRiders
 from queen_raft.raft.transport import GroupTransport, split_address
 
 __all__ = ["EntryTooLarge", "GroupUnavailable", "TenantGroup", "is_loopback_host"]
@@ -50,6 +51,14 @@ _TIMED_OUT = object()
 
 def _time_out(future: asyncio.Future) -> None:
     settle_future(future, None, _TIMED_OUT)
+
+
+def _answer_then_settle(on_answer: Callable[[Any, Any], None], settle: Callable[[Any, Any], None],
+                        result: Any, error: Any) -> None:
+    try:
+        on_answer(result, error)
+    finally:
+        settle(result, error)
 
 
 class TenantGroup:
@@ -98,6 +107,8 @@ class TenantGroup:
         self._in_flight = 0
         self._last_leadership: tuple[str, str | None] | None = None
         self._barrier = ReadBarrier(self.propose)
+        # Long polls parked on this node, whose pops ride the leader's next tick (tick_riders.py).
+        self.tick_riders = TickRiders()
         self._tick_loop = self._new_tick_loop()
 
         files = GroupFiles.under(data_dir)
@@ -199,13 +210,22 @@ class TenantGroup:
             raise GroupUnavailable("disk_full", detail="this node's journal cannot write")  # reads go on
         return await self._propose(command, self.settings.commit_timeout_ms / 1000)
 
-    async def _propose(self, command: dict, timeout_s: float, alone: bool = False) -> dict:
-        """alone: propose at once as its own entry, outside the batcher (the leader's ticks)."""
+    async def _propose(self, command: dict | list[dict], timeout_s: float, alone: bool = False,
+                       on_answer: Callable[[Any, Any], None] | None = None) -> Any:
+        """alone: propose at once as its own entry, outside the batcher (the leader's ticks). A list
+        of commands (alone only) is one batch entry; its answer is their results, in order.
+        on_answer (alone only): called with (result, pysyncobj error) on the loop thread as the
+        answer arrives, before the caller's coroutine resumes (a loop turn later)."""
         loop = asyncio.get_running_loop()
         self._bind_loop(loop)
-        if "now" not in command:
-            command["now"] = clock.wall_ms()
-        entry = encode_command(command)
+        if isinstance(command, list):
+            for one in command:
+                one.setdefault("now", clock.wall_ms())
+            entry = encode_batch([encode_command(one) for one in command])
+        else:
+            if "now" not in command:
+                command["now"] = clock.wall_ms()
+            entry = encode_command(command)
         if len(entry) > MAX_ENTRY_BYTES:
             raise EntryTooLarge(f"entry of {len(entry)} bytes exceeds MAX_ENTRY_BYTES={MAX_ENTRY_BYTES}")
         if self._in_flight >= self.settings.max_in_flight:
@@ -227,6 +247,8 @@ class TenantGroup:
         try:
             if alone:
                 handoff, settle = self._handoff, functools.partial(settle_future, future)
+                if on_answer is not None:
+                    settle = functools.partial(_answer_then_settle, on_answer, settle)
                 self._consumer.submit(entry, lambda result, error: handoff.put(settle, result, error))
             else:
                 # Coalesced with the commands proposed around it into one entry (proposal_batch.py).
@@ -273,6 +295,9 @@ class TenantGroup:
             # Through the attribute at each call, so a test may observe the tick's proposals.
             propose_tick=lambda command, timeout_s: self._propose(command, timeout_s, alone=True),
             report_result=self._report_tick_result,
+            riders=self.tick_riders,
+            propose_entry=lambda commands, timeout_s, on_answer: self._propose(commands, timeout_s, alone=True,
+                                                                               on_answer=on_answer),
         )
 
     def _on_applied(self, next_due_at: int | None) -> None:

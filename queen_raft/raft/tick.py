@@ -32,11 +32,15 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from pysyncobj import FAIL_REASON
 
 from queen_raft import clock
 from queen_raft.raft.errors import GroupUnavailable
 from queen_raft.raft.fire_batch import next_fire_batch
 from queen_raft.raft.settings import RaftSettings
+from queen_raft.raft.tick_riders import Rider, TickRiders, settle_riders
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +178,9 @@ class TickLoop:
 
     The group hands in what the loop needs of it as callables: whether this node leads, the
     applied state's next due instant, the leadership watch, a way to propose one tick alone in its
-    entry, and where a committed tick's answer goes.
+    entry, and where a committed tick's answer goes; and, optionally, the long polls parked on
+    this node with a way to propose an entry of several commands, so that their pops ride the next
+    tick's entry (tick_riders.py).
     """
 
     def __init__(
@@ -186,6 +192,8 @@ class TickLoop:
         observe_leadership: Callable[[], None],
         propose_tick: Callable[[dict, float], Awaitable[dict]],
         report_result: Callable[[dict], None],
+        riders: TickRiders | None = None,
+        propose_entry: Callable[[list[dict], float, Callable[[Any, Any], None]], Awaitable[Any]] | None = None,
     ) -> None:
         self.tenant = tenant
         self.settings = settings
@@ -194,6 +202,8 @@ class TickLoop:
         self._observe_leadership = observe_leadership
         self._propose_tick = propose_tick
         self._report_result = report_result
+        self._riders = riders if propose_entry is not None else None
+        self._propose_entry = propose_entry
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self.task: asyncio.Task | None = None
@@ -323,9 +333,47 @@ class TickLoop:
             policy = self.settings.tick_policy
             policy["fireBatch"] = run.fire_batch  # the leader's batch travels in the command
             command = {"op": "tick", "policy": policy, "now": clock.wall_ms()}
-            run.in_flight.add(self._loop.create_task(self._tick_once(command, run)))
+            riders = self._riders.take() if self._riders is not None else []
+            for rider in riders:
+                rider.command["now"] = command["now"]  # the pops apply at the tick's instant
+            if not run.more_due:
+                # Outside a drain at most one tick is in flight and the loop only waits for its
+                # outcome: run it here, so the entry is queued for the Raft thread now, not a loop
+                # turn after the stamp (up to a few ms when HTTP calls keep the loop busy).
+                await self._tick_once(command, run, riders)
+                return
+            task = self._loop.create_task(self._tick_once(command, run, riders))
+            if riders:
+                # A task cancelled before it first runs never reaches its own settling.
+                task.add_done_callback(lambda _, taken=riders: settle_riders(
+                    taken, None, GroupUnavailable("leader_changed", detail="the tick was not proposed")))
+            run.in_flight.add(task)
 
-    async def _tick_once(self, command: dict, run: TickRun) -> None:
+    async def _propose_tick_with(self, command: dict, riders: list[Rider], timeout_s: float) -> Any:
+        """The tick's answer; with riders, proposes `[tick, pop, ...]` as one entry and settles each
+        rider with its pop's answer, or with the error that ended the tick (then raised again)."""
+        if not riders:
+            return await self._propose_tick(command, timeout_s)
+        def answered(answers: Any, error: Any) -> None:
+            # As the entry's answer reaches the loop: the long polls resume without waiting a loop
+            # turn for this coroutine.
+            if error == FAIL_REASON.SUCCESS and isinstance(answers, list) and len(answers) == len(riders) + 1:
+                settle_riders(riders, answers[1:], None)
+
+        try:
+            answers = await self._propose_entry([command, *(rider.command for rider in riders)], timeout_s, answered)
+        except BaseException as exc:
+            settle_riders(riders, None, exc if isinstance(exc, Exception) else
+                          GroupUnavailable("leader_changed", detail="the tick was cancelled"))
+            raise
+        if isinstance(answers, list) and len(answers) == len(riders) + 1:
+            settle_riders(riders, answers[1:], None)
+            return answers[0]
+        # The entry as a whole was refused (it did not decode): every command got that answer.
+        settle_riders(riders, [answers] * len(riders), None)
+        return answers
+
+    async def _tick_once(self, command: dict, run: TickRun, riders: list[Rider] = ()) -> None:
         """Propose the tick command; leave in_flight, report (more_due, backoff_s) and set the next
         fire batch from the answer, then wake the loop.
 
@@ -337,11 +385,12 @@ class TickLoop:
         result = None
         try:
             self.ticks_proposed += 1
-            # Alone, never in a batch: a tick must not wait behind the batcher's in-flight bound
-            # (fire lag, and the drain's pipelining at the minimum gap assume it goes at once), and
-            # commands sharing its entry would wait for its fire batch's apply (~5-10 ms at 256).
-            # One entry per tick costs at most one entry per min_gap_ms.
-            result = await self._propose_tick(command, min(TICK_COMMIT_TIMEOUT_S, settings.commit_timeout_ms / 1000))
+            # Never through the batcher: a tick must not wait behind its in-flight bound (fire lag,
+            # and the drain's pipelining at the minimum gap assume it goes at once), and commands
+            # sharing its entry would wait for its fire batch's apply (~5-10 ms at 256). Only the
+            # riders' pops share it, after it: they wait for its fires anyway. One entry per tick
+            # costs at most one entry per min_gap_ms.
+            result = await self._propose_tick_with(command, riders, min(TICK_COMMIT_TIMEOUT_S, settings.commit_timeout_ms / 1000))
         except GroupUnavailable as exc:
             log.info("group %s: tick not committed: %s", self.tenant, exc)
             outcome = (False, settings.tick_ms / 1000)

@@ -243,3 +243,31 @@ def test_operator_pause_refuses_schedules_with_hint_while_delete_and_fires_go_on
     status, _, page = cluster.call("n1", "GET", f"/api/v1/timers/{queue}", RO)
     assert page["rows"] == []  # k cancelled by DELETE, "new" never scheduled
     assert [r["transactionId"] for r in fetch_all(cluster, "n1", queue)] == ["t-due"]
+
+
+def test_long_polls_parked_on_the_leader_get_each_fire_once_with_auto_ack(node_cluster):
+    # Their pops ride the leader's tick entries: each fire reaches one of them, none twice, and an
+    # autoAck pop's messages are settled (a later pop finds nothing).
+    import concurrent.futures
+
+    cluster = node_cluster
+    leader = cluster.role_of("acme", "leader")
+    queue = unique("q")
+    txns = [unique("txn") for _ in range(3)]
+    wait_ms = 1500  # past the fire (300 ms), short: one of the two polls always runs it out
+    path = f"/api/v1/pop/queue/{queue}?wait=true&timeout={wait_ms}&batch=10&autoAck=true"
+    received: list[str] = []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for index, txn in enumerate(txns):
+            polls = [pool.submit(cluster.call, leader, "GET", path, RW) for _ in range(2)]
+            time.sleep(0.2)  # both parked (or waiting) before the timer is due
+            status, _, _ = post_timers(cluster, leader, [schedule_op(queue, f"k{index}", 300, txn)], WO)
+            assert status == 200
+            # One of the two gets the fire; the other answers 204 at its timeout.
+            answers = [poll.result(timeout=wait_ms / 1000 + 5) for poll in polls]
+            got = [m["transactionId"] for status, _, body in answers if status == 200 for m in body["messages"]]
+            assert sorted(status for status, _, _ in answers) == [200, 204], answers
+            received += got
+    assert received == txns
+    status, _, _ = cluster.call(leader, "GET", f"/api/v1/pop/queue/{queue}?autoAck=true&batch=10", RW)
+    assert status == 204
