@@ -452,3 +452,21 @@ async def test_plain_schedules_with_a_wide_integer_elsewhere_in_the_body_are_not
         status, _, answer = await api.call("POST", "/api/v1/timers", data=body)
         assert (status, answer["error"]) == (400, "timers_bad_request")
         assert "partition must be a non-empty string" in answer["message"]
+
+
+def test_plain_schedule_key_orders_are_remembered_within_their_bound():
+    from itertools import islice, permutations
+
+    from queen_raft.api import timer_parsing
+
+    names = ("op", "queue", "timerKey", "delayMs", "txn", "payload")
+    good = schedule()
+    for order in islice(permutations(names), timer_parsing.SCHEDULE_SHAPES_KEPT * 2):
+        assert timer_parsing.plain_schedules([{name: good[name] for name in order}]) is not None
+        assert len(timer_parsing._SCHEDULE_SHAPES) <= timer_parsing.SCHEDULE_SHAPES_KEPT
+    # A remembered order says nothing of another key set: an unknown field is still not plain, and
+    # refused by the checked path.
+    assert timer_parsing.plain_schedules([good]) is not None
+    assert timer_parsing.plain_schedules([dict(good, extra=1)]) is None
+    with pytest.raises(ApiError, match="unknown field"):
+        parse_timer_ops([dict(good, extra=1)], 10)
