@@ -39,28 +39,41 @@ def _route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-@web.middleware
-async def wire_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every refusal answers {"error", "message"}; an unexpected exception is a 500, logged."""
-    started = time.perf_counter()
-    try:
-        response = await handler(request)
-    except ApiError as error:
-        response = error.response()
-    except ConnectionError as exc:  # the client left mid-request (mostly mid-body): its business
-        request.app[CLIENT_ERRORS_KEY].note("client disconnected mid-request", f"{request.method} {request.path}: {exc}")
-        response = web.Response(status=CLIENT_CLOSED_REQUEST)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        code = HTTP_ERROR_CODES.get(exc.status, "http_error")
-        response = error_response(exc.status, code, exc.reason or code)
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        response = error_response(500, "internal", "the node failed to answer; see its log")
-    request.app[SERVING_KEY].metrics.observe_http_request(_route_label(request), response.status,
-                                                          time.perf_counter() - started)
-    return response
+def wire_errors(connections: ConnectionLimiter) -> Callable:
+    """The one middleware: every refusal answers {"error", "message"}, an unexpected exception is
+    a 500, logged; the request is timed; and its connection counts as busy while it is handled
+    (connections.py). One layer, not one per concern: each layer is a coroutine and a wrapper
+    more on every request."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        conn = connections.by_handler.get(request.protocol)  # None: served by another site (a test server)
+        if conn is not None:
+            connections.begin(conn)
+        started = time.perf_counter()
+        try:
+            response = await handler(request)
+        except ApiError as error:
+            response = error.response()
+        except ConnectionError as exc:  # the client left mid-request (mostly mid-body): its business
+            request.app[CLIENT_ERRORS_KEY].note("client disconnected mid-request", f"{request.method} {request.path}: {exc}")
+            response = web.Response(status=CLIENT_CLOSED_REQUEST)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = HTTP_ERROR_CODES.get(exc.status, "http_error")
+            response = error_response(exc.status, code, exc.reason or code)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            response = error_response(500, "internal", "the node failed to answer; see its log")
+        finally:
+            if conn is not None:
+                connections.end(conn)
+        request.app[SERVING_KEY].metrics.observe_http_request(_route_label(request), response.status,
+                                                              time.perf_counter() - started)
+        return response
+
+    return middleware
 
 
 def create_app(serving: ServingNode) -> web.Application:
@@ -73,7 +86,7 @@ def create_app(serving: ServingNode) -> web.Application:
         "lingering_time": LINGER_S,
         "logger": CountedServerLog(logging.getLogger("aiohttp.server"), client_errors),
     }
-    app = web.Application(middlewares=[connections.middleware, wire_errors], client_max_size=settings.http_max_body_bytes,
+    app = web.Application(middlewares=[wire_errors(connections)], client_max_size=settings.http_max_body_bytes,
                           handler_args=handler_args)
     app[SERVING_KEY] = serving
     app[CLIENT_ERRORS_KEY] = client_errors

@@ -46,8 +46,11 @@ async def read_body(request: web.Request, bad_request_code: str, timeout_s: floa
         raise unsupported_encoding(coding)  # before a byte of the body is read
     limit = request.client_max_size
     try:
-        async with asyncio.timeout(timeout_s):
+        if request.content.is_eof():  # the whole body is buffered: reading it cannot wait
             raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout_s):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise too_large(limit) from None
     except TimeoutError:

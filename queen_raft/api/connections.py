@@ -138,6 +138,7 @@ class ConnectionLimiter:
         self.busy.discard(conn)
 
     def begin(self, conn: LimitedConnection) -> None:
+        """The connection is busy: a route handles one of its requests (the app's middleware)."""
         if self.idle.pop(conn, False) is None:
             self.busy.add(conn)
         conn.head_started_at = None
@@ -146,18 +147,6 @@ class ConnectionLimiter:
         if conn in self.busy:
             self.busy.discard(conn)
             self.idle[conn] = None
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
-        """Marks the request's connection busy while a route handles it."""
-        conn = self.by_handler.get(request.protocol)
-        if conn is None:  # served by another site (a test server): nothing to track
-            return await handler(request)
-        self.begin(conn)
-        try:
-            return await handler(request)
-        finally:
-            self.end(conn)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

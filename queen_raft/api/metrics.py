@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import time
+from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -36,6 +37,11 @@ COMMIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 # queue under OTHER_QUEUES, so a tenant with thousands of queues cannot swell every scrape.
 QUEUE_SERIES_PER_TENANT = 100
 OTHER_QUEUES = "__other__"
+# From this many ops a call's tally is counted in C (Counter over maps), not a loop turn per op;
+# below it the Counter's own setup costs more than the loop.
+TALLY_IN_C_FROM_OPS = 16
+_OP = itemgetter("op")
+_status_of = methodcaller("get", "status", "?")
 HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -199,10 +205,17 @@ class ApiMetrics:
 
     def count_timer_ops(self, tenant: str, ops: list[dict], answers: list[dict]) -> None:
         """One increment per (op, status) of a call, by how many of its ops ended so."""
-        tally: dict[tuple[str, str], int] = {}
-        for op, answer in zip(ops, answers):
-            key = (op["op"], answer.get("status", "?"))
-            tally[key] = tally.get(key, 0) + 1
+        if len(ops) < TALLY_IN_C_FROM_OPS:
+            tally: dict[tuple[str, str], int] = {}
+            for op, answer in zip(ops, answers):
+                key = (op["op"], answer.get("status", "?"))
+                tally[key] = tally.get(key, 0) + 1
+        elif len(kinds := set(map(_OP, ops))) == 1:  # one kind of op (the usual call): its statuses alone
+            (kind,) = kinds
+            tally = {(kind, status): count
+                     for status, count in collections.Counter(map(_status_of, answers[:len(ops)])).items()}
+        else:
+            tally = collections.Counter(zip(map(_OP, ops), map(_status_of, answers)))
         for (op, status), count in tally.items():
             child = self._timer_op_children.get((tenant, op, status))
             if child is None:

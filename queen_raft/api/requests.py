@@ -14,9 +14,18 @@ from queen_raft.api.serving import serving_of
 
 async def json_body(request: web.Request, bad_request_code: str) -> Any:
     """The body as JSON. Call it after the route's auth check: a refused caller's body is never read."""
+    return parse_json(await body_bytes(request, bad_request_code), bad_request_code)
+
+
+async def body_bytes(request: web.Request, bad_request_code: str) -> bytes:
+    """The body's bytes, a 400 when there are none (every JSON route needs one)."""
     raw = await read_body(request, bad_request_code, serving_of(request).settings.http_body_timeout_s)
     if not raw:
         raise ApiError(400, bad_request_code, "the request has no body; a JSON body is required")
+    return raw
+
+
+def parse_json(raw: bytes, bad_request_code: str) -> Any:
     try:
         return wire_json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:

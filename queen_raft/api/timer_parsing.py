@@ -92,6 +92,11 @@ def _parse_plain_schedule(raw: Any) -> dict | None:
     }
 
 
+# Key orders of a schedule seen to hold the required fields and only known ones: a client sends
+# one, and a single-op call would otherwise build a set of its keys on every call. Bounded (a
+# client cycling key orders only empties it): there are at most 9! orders of the 9 fields.
+SCHEDULE_SHAPES_KEPT = 64
+_SCHEDULE_SHAPES: set[tuple] = set()
 _REQUIRED_VALUES = itemgetter("op", "queue", "timerKey", "delayMs", "txn", "payload")
 
 
@@ -112,8 +117,12 @@ def _plain_rows(raw_ops: list, message_ids: list) -> list[list] | None:
             return None
         shape = tuple(raw)
         if shape != checked_shape:
-            if not SCHEDULE_REQUIRED <= set(shape) <= SCHEDULE_FIELDS:
-                return None
+            if shape not in _SCHEDULE_SHAPES:
+                if not SCHEDULE_REQUIRED <= set(shape) <= SCHEDULE_FIELDS:
+                    return None
+                if len(_SCHEDULE_SHAPES) >= SCHEDULE_SHAPES_KEPT:
+                    _SCHEDULE_SHAPES.clear()
+                _SCHEDULE_SHAPES.add(shape)
             checked_shape = shape
         op, queue, timer_key, delay, txn, payload_text = _REQUIRED_VALUES(raw)
         if len(shape) == len(SCHEDULE_REQUIRED):  # no optional field: the defaults
@@ -285,5 +294,7 @@ def plain_schedules(raw_ops: list) -> PlainSchedules | None:
     rows = _plain_rows(raw_ops, new_message_ids(len(raw_ops)))
     if rows is None:
         return None
+    if len(rows) == 1:  # a single-op call: no identity twice, one queue
+        return PlainSchedules(raw_ops, rows, {rows[0][ROW_QUEUE]})
     refuse_duplicate_identities(list(zip(map(itemgetter(ROW_QUEUE), rows), map(itemgetter(ROW_TIMER_KEY), rows))))
     return PlainSchedules(raw_ops, rows, set(map(itemgetter(ROW_QUEUE), rows)))

@@ -14,7 +14,8 @@ from queen_raft.api.encryption import encryption_unavailable
 from queen_raft.api.errors import PAUSED, ApiError, retry_after_header
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_message_ids
-from queen_raft.api.requests import json_body, json_response, query_int
+from queen_raft.api import wire_json
+from queen_raft.api.requests import body_bytes, json_response, parse_json, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import (
     BAD_REQUEST, ROW_DELAY_MS, ROW_PAYLOAD, SCHEDULE_ROWS, PlainSchedules, bad_request, check_name_length,
@@ -126,9 +127,8 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
     """The gates of docs/spec.md section 2 in order: shape, pause, rate, horizon, payload; then the
     entry, whose answer may be the quota's refusal."""
     settings = serving.settings
-    raw_ops = operations_of(await json_body(request, BAD_REQUEST), settings.timers_max_ops_per_call)
+    raw_ops, plain = _operations(await body_bytes(request, BAD_REQUEST), settings.timers_max_ops_per_call)
     group = serving.groups[principal.tenant]
-    plain = plain_schedules(raw_ops)
     if plain is None:
         refuse_cancels_without_access(principal, raw_ops)
         ops = checked_timer_ops(raw_ops)
@@ -149,6 +149,23 @@ async def _schedule_batch(request: web.Request, serving: ServingNode, principal:
     results = await _propose_timers(serving, principal, command_ops, hint)
     serving.metrics.count_timer_ops(tenant, ops, results)
     return json_response({"results": results})
+
+
+def _operations(raw: bytes, max_ops: int) -> tuple[list, PlainSchedules | None]:
+    """The body's operations and, when they are all plain schedules, their PlainSchedules.
+
+    Read by orjson without the scan for integers past 64 bits first: a plain schedule takes no
+    float, so a body those would change (read as floats) is not plain, and only then is it read
+    again exactly. The body's own shape (operations_of) does not depend on its numbers' values."""
+    body = wire_json.loads_without_integer_scan(raw)
+    if body is wire_json.NOT_READ:
+        raw_ops = operations_of(parse_json(raw, BAD_REQUEST), max_ops)
+        return raw_ops, plain_schedules(raw_ops)
+    raw_ops = operations_of(body, max_ops)
+    plain = plain_schedules(raw_ops)
+    if plain is None and wire_json.may_hold_wide_integer(raw):
+        raw_ops = operations_of(parse_json(raw, BAD_REQUEST), max_ops)
+    return raw_ops, plain
 
 
 async def _schedule_plain(serving: ServingNode, principal: Principal, plain: PlainSchedules,

@@ -116,6 +116,21 @@ def loads(raw: bytes) -> Any:
     return stdlib_loads(raw)
 
 
+# What loads_without_integer_scan answers for a document orjson does not read.
+NOT_READ = object()
+
+
+def loads_without_integer_scan(raw: bytes) -> Any:
+    """orjson's reading of `raw`, without the scan for integers past 64 bits: `loads(raw)`, except
+    that such an integer reads as a float; NOT_READ when orjson refuses the document (`loads`
+    then answers or refuses it). For a caller that accepts no float where the document's numbers
+    go (so a float it meets sends it to `loads`): it skips a pass over the bytes of every body."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return NOT_READ
+
+
 def stdlib_dumps(value: Any) -> bytes:
     """The reference writing: compact separators, ASCII escapes, NaN written as NaN."""
     return _STDLIB_COMPACT_ENCODER.encode(value).encode("utf-8")

@@ -73,6 +73,14 @@ def _is_ack(message) -> bool:
     return isinstance(message, dict) and message.get("type") == ACKNOWLEDGEMENT_TYPE
 
 
+def _supersedes(ack: dict, earlier: dict) -> bool:
+    """Whether the leader, given `earlier` and then `ack`, ends where `ack` alone leaves it: both
+    report success without a reset, and `ack` reaches at least as far. The leader raises a
+    follower's match index only to a higher acknowledged index (syncobj's next_node_idx handler)."""
+    return (ack.get("success") is True and earlier.get("success") is True and not ack.get("reset")
+            and not earlier.get("reset") and ack.get("next_node_idx", 0) >= earlier.get("next_node_idx", 0))
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, port = address.rsplit(":", 1)
     return host, int(port)
@@ -315,9 +323,11 @@ class GroupTransport(TCPTransport):
                 # Once something is held for a node, everything after it waits too: order per link.
                 if held is None:
                     held = self._held[node] = deque()
-                if getattr(journal, "disk_full", False) and held and _is_ack(held[-1]) and _is_ack(message):
-                    # Held until the disk takes writes again, maybe for hours: keep the newest of a
-                    # run of acknowledgements only (it says where this node's log is now).
+                if held and _is_ack(message) and _is_ack(held[-1]) and (
+                        _supersedes(message, held[-1]) or getattr(journal, "disk_full", False)):
+                    # Only the newest of a run of held acknowledgements is sent (a run grows when
+                    # one tick reads several appends; on a full disk it is held, maybe for hours):
+                    # it says where this node's log is now.
                     held[-1] = message
                 else:
                     held.append(message)

@@ -426,3 +426,47 @@ def _outcome(parse, raw):
 def test_parse_timer_op_answers_what_the_checked_path_answers(raw):
     """A valid schedule with one or two fields changed, or any mix of fields."""
     assert _outcome(lambda r: parse_timer_op(r, 3), raw) == _outcome(lambda r: _parse_timer_op_checked(r, "operations[3]"), raw)
+
+
+@pytest.mark.parametrize("body, message_part", [
+    # Integers past 64 bits (orjson alone reads them as floats): the message shows the exact value.
+    (b'{"operations":[{"op":"schedule","queue":"q","timerKey":"k","delayMs":18446744073709551616,'
+     b'"txn":"t","payload":"e30="}]}', "got 18446744073709551616"),
+    (b'[{"op":"schedule","queue":"q","timerKey":"k","delayMs":-100000000000000000000000,'
+     b'"txn":"t","payload":"e30="}]', "got -100000000000000000000000"),
+    # A body orjson refuses (a BOM) and the stdlib reads: still parsed, then refused for its op.
+    (b'\xef\xbb\xbf[{"op":"upsert"}]', "op 'upsert' is not one of"),
+])
+async def test_a_body_read_exactly_gets_the_exact_refusal(body, message_part):
+    async with ApiHarness() as api:
+        status, _, answer = await api.call("POST", "/api/v1/timers", data=body)
+        assert (status, answer["error"]) == (400, "timers_bad_request")
+        assert message_part in answer["message"]
+        assert api.groups["acme"].writes() == []
+
+
+async def test_plain_schedules_with_a_wide_integer_elsewhere_in_the_body_are_not_plain():
+    async with ApiHarness() as api:
+        body = (b'{"operations":[{"op":"schedule","queue":"q","timerKey":"k","delayMs":300,"txn":"t",'
+                b'"payload":"e30=","partition":99999999999999999999999}]}')
+        status, _, answer = await api.call("POST", "/api/v1/timers", data=body)
+        assert (status, answer["error"]) == (400, "timers_bad_request")
+        assert "partition must be a non-empty string" in answer["message"]
+
+
+def test_plain_schedule_key_orders_are_remembered_within_their_bound():
+    from itertools import islice, permutations
+
+    from queen_raft.api import timer_parsing
+
+    names = ("op", "queue", "timerKey", "delayMs", "txn", "payload")
+    good = schedule()
+    for order in islice(permutations(names), timer_parsing.SCHEDULE_SHAPES_KEPT * 2):
+        assert timer_parsing.plain_schedules([{name: good[name] for name in order}]) is not None
+        assert len(timer_parsing._SCHEDULE_SHAPES) <= timer_parsing.SCHEDULE_SHAPES_KEPT
+    # A remembered order says nothing of another key set: an unknown field is still not plain, and
+    # refused by the checked path.
+    assert timer_parsing.plain_schedules([good]) is not None
+    assert timer_parsing.plain_schedules([dict(good, extra=1)]) is None
+    with pytest.raises(ApiError, match="unknown field"):
+        parse_timer_ops([dict(good, extra=1)], 10)

@@ -419,3 +419,31 @@ def test_sends_outside_the_command_check_go_at_once(monkeypatch):
     syncobj._SyncObj__sendAppendEntries()
     assert len(sends) == 2 and syncobj.append_sends_coalesced == 0
 
+
+
+def test_a_run_of_held_successful_acknowledgements_sends_only_the_newest(monkeypatch):
+    journal = FakeJournal()
+    transport, sent, _ = bare_transport(monkeypatch, journal)
+    journal.dirty = True
+    acks = [{"type": "next_node_idx", "next_node_idx": idx, "reset": False, "success": True} for idx in (5, 6, 8)]
+    for ack in acks:
+        transport.send("leader", ack)
+    assert transport.held_count() == 1
+    transport._onTick()
+    assert sent == [("leader", acks[-1])]
+
+
+@pytest.mark.parametrize("second", [
+    {"type": "next_node_idx", "next_node_idx": 9, "reset": True, "success": True},  # a reset moves nextIndex back
+    {"type": "next_node_idx", "next_node_idx": 9, "reset": False, "success": False},  # a failure is not an ack of 9
+    {"type": "next_node_idx", "next_node_idx": 4, "reset": False, "success": True},  # lower: the leader keeps 5
+])
+def test_held_acknowledgements_that_say_more_than_the_newest_are_all_sent(monkeypatch, second):
+    journal = FakeJournal()
+    transport, sent, _ = bare_transport(monkeypatch, journal)
+    journal.dirty = True
+    first = {"type": "next_node_idx", "next_node_idx": 5, "reset": False, "success": True}
+    transport.send("leader", first)
+    transport.send("leader", second)
+    transport._onTick()
+    assert sent == [("leader", first), ("leader", second)]
