@@ -30,7 +30,7 @@ import zstandard
 from . import timer_wire
 from .limits import READABLE_SNAPSHOT_FORMATS, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_ZSTD_LEVEL
 
-SNAPSHOT_CHUNK_BYTES = 1 << 20
+SNAPSHOT_CHUNK_BYTES = 1 << 18
 # What the reader asks of the decompressor at a time.
 READ_BYTES = 1 << 20
 WIRE_FIELDS = 9
@@ -62,8 +62,10 @@ class _ChunkSink:
     def full_chunks(self) -> Iterator[bytes]:
         pending = self.pending
         while len(pending) >= SNAPSHOT_CHUNK_BYTES:
-            yield bytes(pending[:SNAPSHOT_CHUNK_BYTES])
+            with memoryview(pending) as view:
+                chunk = bytes(view[:SNAPSHOT_CHUNK_BYTES])
             del pending[:SNAPSHOT_CHUNK_BYTES]
+            yield chunk
 
 
 def compressed_chunks(pieces: Iterable[bytes]) -> Iterator[bytes]:

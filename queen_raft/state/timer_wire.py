@@ -41,8 +41,8 @@ from .timer_entries import entry_of
 _intern = sys.intern
 ENTRY_FORMAT = 3
 INLINE_FORMAT = 4
-# Entries or keys packed per piece of the stream: small enough that a piece is a few hundred KiB.
-PIECE_ITEMS = 4096
+# Entries or keys packed per piece of the stream: a piece is some 100 KiB.
+PIECE_ITEMS = 1024
 _packb = msgpack.Packer(use_bin_type=True).pack
 _packer = msgpack.Packer(use_bin_type=True)
 _LITTLE = sys.byteorder == "little"
@@ -153,8 +153,16 @@ def fill_table(table, wire, version: int) -> None:
 
 
 def _presorted(values: list) -> SortedList:
-    """A SortedList of values already in order (sorting a sorted list is one linear pass)."""
-    return SortedList(values)
+    """A SortedList of values already in order, cut into its sublists as SortedList.update cuts
+    them, without update's sort (a copy and a comparison per value). Uses sortedcontainers'
+    internals as sorted_bulk.py does; the positional index is built on first use."""
+    sorted_list = SortedList()
+    load = sorted_list._load
+    lists = [values[start:start + load] for start in range(0, len(values), load)]
+    sorted_list._lists = lists
+    sorted_list._maxes = [sublist[-1] for sublist in lists]
+    sorted_list._len = len(values)
+    return sorted_list
 
 
 def _fill_from_columns(table, blob: bytes) -> None:
