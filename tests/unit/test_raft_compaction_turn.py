@@ -67,3 +67,19 @@ def test_the_serializer_declines_outside_its_turn_without_forking(tmp_path):
     serializer.serialize(([{}, b""], (b"\x00", 6, 1), (b"\x00", 5, 1), set()), 5)
     assert serializer._pid == 0 and serializer.snapshots_deferred == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_member_compacts_past_a_turn_of_entries_and_a_lone_node_past_the_setting():
+    """A member waiting with a full log for its turn would replay more on a restart: its threshold
+    is the turn, so it compacts once per cycle, at its turn's start."""
+    members = turns(2000)
+    assert [t.compaction_min_entries(2000) for t in members] == [666, 666, 666]
+    assert CompactionTurn.of("127.0.0.1:7001", [], 2000).compaction_min_entries(2000) == 2000
+    assert CompactionTurn.of("127.0.0.1:7001", ["127.0.0.1:7002"], 3).compaction_min_entries(3) == 2
+
+
+def test_a_forced_compaction_does_not_wait_for_the_turn_once():
+    turn = CompactionTurn(rank=1, members=3, turn_entries=666, clock=FakeClock())
+    turn.force_next()
+    assert turn.may_start(10)
+    assert not turn.may_start(10)
