@@ -31,6 +31,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from itertools import accumulate, islice
+from operator import itemgetter
 from typing import Callable, Iterator
 
 import msgpack
@@ -43,6 +44,8 @@ ENTRY_FORMAT = 3
 INLINE_FORMAT = 4
 # Entries or keys packed per piece of the stream: a piece is some 100 KiB.
 PIECE_ITEMS = 1024
+# Keys whose entries one itemgetter call fetches at a restore.
+KEY_MAP_CHUNK = 65536
 _packb = msgpack.Packer(use_bin_type=True).pack
 _packer = msgpack.Packer(use_bin_type=True)
 _LITTLE = sys.byteorder == "little"
@@ -146,10 +149,23 @@ def fill_table(table, wire, version: int) -> None:
     for queue, keys, raw_positions in queues:
         queue = _intern(queue)
         positions = _positions_of(raw_positions)
-        table.by_queue[queue] = dict(zip(keys, map(entries.__getitem__, positions)))
+        table.by_queue[queue] = _key_map(keys, entries, positions)
         table.keys[queue] = _presorted(keys)
     table.due = _presorted(entries)
     table.count = len(entries)
+
+
+def _key_map(keys: list, entries: list, positions: array) -> dict:
+    """`{key: entries[position]}` in key order. itemgetter fetches a chunk's entries in one C call:
+    a third faster than a map of __getitem__ (no int object and call per timer), and a chunk's
+    tuple is all it holds besides the map."""
+    timers: dict = {}
+    for start in range(0, len(keys), KEY_MAP_CHUNK):
+        chunk = positions[start:start + KEY_MAP_CHUNK]
+        # itemgetter of one position returns the entry itself, not a tuple of it.
+        found = itemgetter(*chunk)(entries) if len(chunk) > 1 else [entries[chunk[0]]]
+        timers.update(zip(keys[start:start + KEY_MAP_CHUNK], found))
+    return timers
 
 
 def _presorted(values: list) -> SortedList:

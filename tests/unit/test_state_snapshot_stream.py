@@ -17,6 +17,7 @@ from queen_raft.raft.snapshot_file import encode_snapshot, read_snapshot, write_
 from queen_raft.state import TenantState
 from queen_raft.state.limits import SNAPSHOT_FORMAT_VERSION
 from queen_raft.state.snapshot_codec import SNAPSHOT_CHUNK_BYTES
+from queen_raft.state import timer_wire
 from queen_raft.state.timer_wire import PIECE_ITEMS
 from snapshot_history import history
 
@@ -140,3 +141,13 @@ def test_writing_the_raft_file_holds_no_copy_of_the_encoded_state(tmp_path):
     written = path.stat().st_size
     assert written > 1 << 20
     assert peak - baseline < packed_bytes / 8, (peak - baseline, packed_bytes, written)
+
+
+def test_key_maps_restore_across_fetch_chunks_and_for_a_queue_of_one_timer(monkeypatch):
+    monkeypatch.setattr(timer_wire, "KEY_MAP_CHUNK", 4)
+    state = TenantState()
+    schedule_rows(state, [row("nine", i) for i in range(9)] + [row("solo", 99)])
+    restored = TenantState.restore(state.snapshot())
+    restored.check_invariants()
+    assert restored.timers.by_queue == state.timers.by_queue
+    assert list(restored.timers.by_queue["nine"]) == list(state.timers.keys["nine"])
