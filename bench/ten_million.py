@@ -14,7 +14,9 @@ Steps, on one three-node cluster:
 The three nodes share the machine's memory: at ten million timers the memory per timer decides
 whether they fit. The tenant's pending quota (2,147,483 by default) is raised for the run.
 `--quick` loads 50,000; QUEEN_BENCH_PENDING sets another count (a shared machine may not load ten
-million in the time it has).
+million in the time it has). Throughout, bench/memory_watch.py samples the machine's available
+memory and the nodes' snapshot writers (their copied pages), and stops the run if the machine falls
+below 1.5 GiB available.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 import urllib.request
 
 from bench import fire_lag
+from bench.memory_watch import MemoryWatch
 from bench.pending_load import BATCH_OPS, FAR_DELAY_MS, LOAD_CLIENTS, pending_count
 from bench.process_usage import resident_breakdown
 from bench.queen_service import TENANT, token
@@ -86,6 +89,17 @@ def pending_count_to_load(quick: bool) -> int:
 
 
 def measure(service, quick: bool) -> dict:
+    figures: dict = {}
+    with MemoryWatch(service.pids) as watch:
+        try:
+            figures.update(measure_steps(service, quick))
+        finally:
+            figures["memory"] = watch.figures()
+            print(f"   memory: {figures['memory']}", flush=True)
+    return figures
+
+
+def measure_steps(service, quick: bool) -> dict:
     count = pending_count_to_load(quick)
     pids = service.pids()
     before = {node: resident_breakdown(pid)["rss"] for node, pid in pids.items()}
@@ -126,4 +140,10 @@ def run(names: tuple[str, ...], quick: bool, profile: bool = False) -> ScenarioR
         result.figure("snapshot (GET /api/v1/admin/snapshot)", "s").values[name] = figures["snapshot_s"]
         result.figure("restart (kill -9) of a follower: serving after", "s").values[name] = restart["serving_s"]
         result.figure("... and its group caught up after", "s").values[name] = restart["caught_up_s"]
+        memory = figures["memory"]
+        result.figure("snapshot writer's copied pages (Private_Dirty), peak per node", "MiB").values[name] = \
+            ", ".join(f"{k} {v}" for k, v in memory["writer_private_dirty_mib"].items())
+        result.figure("snapshot writers running at once, most", "").values[name] = memory["most_writers_at_once"]
+        result.figure("machine's lowest available memory during the run", "GiB").values[name] = \
+            memory["lowest_available_gib"]
     return result

@@ -52,7 +52,10 @@ def _encode_in_child(state, output) -> None:
     """Runs in the forked child: encode, write, leave without running the parent's exit hooks."""
     code = 1
     try:
-        output.write(state.snapshot())
+        if hasattr(state, "write_snapshot"):
+            state.write_snapshot(output)  # streamed: the encoded state is never whole in memory
+        else:
+            output.write(state.snapshot())
         output.flush()
         code = 0
     finally:

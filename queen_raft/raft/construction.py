@@ -14,6 +14,7 @@ from pysyncobj import SyncObjConf, SyncObjConsumer
 
 from queen_raft.raft.connection import install_connection_recipe
 from queen_raft.raft.journal import fsync_path
+from queen_raft.raft.compaction_turn import CompactionTurn, register_turn
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
 from queen_raft.raft.leader_append import CoalescingSyncObj
@@ -105,7 +106,10 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     install_journal_factory()
     install_snapshot_writer()  # the node process alone replaces raft.snapshot (snapshot_writer.py)
     register_journal(files.journal_file, settings.fsync, files.full_dump_file)
+    turn = CompactionTurn.of(self_addr, peer_addrs, settings.log_compaction_min_entries)
+    register_turn(files.full_dump_file, turn)
     conf = syncobj_conf(settings, bind_address, files, on_state_changed)
+    conf.logCompactionMinEntries = turn.compaction_min_entries(settings.log_compaction_min_entries)
     transport_class = functools.partial(
         GroupTransport, dial_map=dial_map, group_commit=settings.fsync == "group",
         handshake_timeout_s=settings.handshake_timeout_s,

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pysyncobj import FAIL_REASON
 
 from queen_raft import clock
+from queen_raft.raft.compaction_turn import force_next_turn
 from queen_raft.raft.construction import GroupFiles, build_syncobj
 from queen_raft.raft.errors import EntryTooLarge, GroupUnavailable, unavailable_after_failure
 from queen_raft.raft.group_api import GroupStatus
@@ -338,6 +339,8 @@ class TenantGroup:
         self._syncobj.waitBinded()
 
     def force_log_compaction(self) -> None:
+        """Compact at the next tick, this member's turn or not (compaction_turn.py)."""
+        force_next_turn(self.full_dump_file)
         self._syncobj.forceLogCompaction()
 
     def destroy(self) -> None:

@@ -10,8 +10,11 @@
 - Fields are assigned after `super().__init__()`: SyncObjConsumer records the attributes that exist
   at its init as "not state" (research: fields set earlier were silently left out of dumps).
 - Snapshots go through pysyncobj's forked path: `_serialize()` runs on the tick thread and only
-  returns a SnapshotBlob holding the state; pickling it (in the forked child) calls
-  `state.snapshot()`, so encoding a large state never stalls the tick thread.
+  returns a SnapshotBlob holding the state; pickling it (in the forked child) encodes the state,
+  so encoding a large state never stalls the tick thread. A state with `snapshot_chunks()` pickles
+  as the list of its snapshot's chunks, pulled one at a time as the pickler writes them to the
+  file (snapshot_file.write_snapshot): the child never holds the encoded state whole. Restoring
+  takes the list, or the bytes of a file written before (or by `cluster restore`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotBlob:
-    """Pickles as the state's snapshot bytes, encoded when pickled (in the forked child)."""
+    """Pickles as the state's snapshot, encoded when pickled (in the forked child): a list of its
+    chunks (pickle's list items, taken from an iterator as they are written), or its bytes for a
+    state that encodes only whole."""
 
     __slots__ = ("_state",)
 
@@ -38,7 +43,10 @@ class SnapshotBlob:
         self._state = state
 
     def __reduce__(self):
-        return (bytes, (self._state.snapshot(),))
+        chunks = getattr(self._state, "snapshot_chunks", None)
+        if chunks is None:
+            return (bytes, (self._state.snapshot(),))
+        return (list, (), None, iter(chunks()))
 
 
 def encode_command(command: dict) -> bytes:
@@ -147,7 +155,7 @@ class ReplicatedTenantState(SyncObjConsumer):
 
     def _deserialize(self, data):
         try:
-            restored = self._state_restore(bytes(data))
+            restored = self._state_restore(data if isinstance(data, list) else bytes(data))
             with self.lock:
                 self.state = restored
                 next_due = restored.next_due_at()

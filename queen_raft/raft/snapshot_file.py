@@ -6,7 +6,8 @@ Layout of `raft.snapshot`:
     length    8 bytes   payload bytes, uint64 little-endian
     sha256   32 bytes   of the payload
     payload             pickle (protocol 4) of pysyncobj's dump tuple (data, last entry, previous
-                        entry, cluster); `data` carries the state's own snapshot bytes
+                        entry, cluster); `data` carries the state's own snapshot, as the list of
+                        its chunks (or, in files written before, and by `cluster restore`, its bytes)
 
 Every read verifies the length and the digest before it unpickles anything, so a truncated file, a
 flipped byte or a file cut by a full disk is found at once, with the file named, instead of
@@ -94,17 +95,27 @@ def write_snapshot(path: str, dump: tuple) -> None:
     with open(path, "wb") as file:
         file.write(HEADER.pack(MAGIC, 0, b"\0" * 32))
         writer = _HashingWriter(file)
-        # Streamed: the state's bytes are pickled straight into the file, never a second copy in RAM.
-        pickle.dump(dump, writer, protocol=PICKLE_PROTOCOL)
+        # Streamed: the state's chunks are pickled straight into the file as they are encoded.
+        _pickler(writer).dump(dump)
         file.seek(0)
         file.write(HEADER.pack(MAGIC, writer.length, writer.digest.digest()))
         file.flush()
         os.fsync(file.fileno())
 
 
+def _pickler(output) -> pickle.Pickler:
+    """A pickler without a memo: the memo would keep every chunk of the state alive until the end
+    of the dump (the whole snapshot in RAM). A dump holds no object twice and no cycle."""
+    pickler = pickle.Pickler(output, protocol=PICKLE_PROTOCOL)
+    pickler.fast = True
+    return pickler
+
+
 def encode_snapshot(dump: tuple) -> bytes:
     """The bytes write_snapshot writes (tests and tools)."""
-    payload = pickle.dumps(dump, protocol=PICKLE_PROTOCOL)
+    output = io.BytesIO()
+    _pickler(output).dump(dump)
+    payload = output.getvalue()
     return HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
 
 

@@ -31,6 +31,10 @@ Here the durability rules are:
    computed over the chunks as they are sent (no second read of the file on the tick thread), and
    the last chunk, without which the follower installs nothing, goes only if it matched.
 
+6. The members of a group take turns to write (compaction_turn.py): a request outside this
+   member's turn is declined (pysyncobj asks again at its next tick), so the members' writers,
+   each about the state's size in copy-on-write pages, do not all run at once.
+
 Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
 long before writing, so a fault harness can stop nodes while their writers run. Set without the
 flag, the node refuses to start (as clock.py does for its offset).
@@ -52,6 +56,7 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
 from queen_raft import clock
+from queen_raft.raft.compaction_turn import turn_of
 from queen_raft.raft.journal import fsync_directory_of
 from queen_raft.raft.snapshot_file import (
     HEADER,
@@ -147,12 +152,17 @@ class SnapshotSerializer:
         self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
         self.snapshots_published = 0
         self.snapshots_rejected = 0
+        self.snapshots_deferred = 0
+        self._turn = turn_of(file_name)
         remove_stale_tmp_files(file_name)
 
     # -- the local writer --------------------------------------------------------------------------
 
     def serialize(self, data, id) -> None:
         if self._pid != 0:
+            return
+        if self._turn is not None and not self._turn.may_start(id):
+            self.snapshots_deferred += 1
             return
         tmp_path = f"{self._file_name}{WRITING_SUFFIX}.{os.getpid()}.{secrets.token_hex(4)}"
         parent_pid = os.getpid()

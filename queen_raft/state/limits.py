@@ -180,9 +180,10 @@ KV_INT_MAX = 2**63 - 1
 
 # Format 2 adds the fired memory (fired_memory.py) after the KV store; a format-1 snapshot
 # restores with an empty one. Format 3 holds the timers as their stored entries (timer_wire.py),
-# which also reads the columns of formats 1 and 2.
-SNAPSHOT_FORMAT_VERSION = 3
-READABLE_SNAPSHOT_FORMATS = (1, 2, 3)
+# which also reads the columns of formats 1 and 2. Format 4 writes the same timers inline, as a
+# stream (snapshot_codec.py).
+SNAPSHOT_FORMAT_VERSION = 4
+READABLE_SNAPSHOT_FORMATS = (1, 2, 3, 4)
 # zstd level 1: a million timers compress in a fraction of a second; higher levels save little on
 # msgpack of ids and cost seconds. Single-threaded so the bytes never depend on the machine.
 SNAPSHOT_ZSTD_LEVEL = 1

@@ -33,11 +33,9 @@ import gc
 from collections import Counter
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Iterator
+from typing import IO, Iterator
 
-import msgpack
-import zstandard
-
+from . import snapshot_codec
 from .broker import Broker
 from .command_args import clamp_limit, group_name, parse_policy
 from .fire import FireTally, fire
@@ -49,9 +47,6 @@ from .limits import (
     MAX_INSTANT_MS,
     MAX_LEASE_EXTEND_SECONDS,
     QUEUE_MODE_GROUP,
-    READABLE_SNAPSHOT_FORMATS,
-    SNAPSHOT_FORMAT_VERSION,
-    SNAPSHOT_ZSTD_LEVEL,
     FirePolicy,
 )
 from .message_items import validate_ack_item, validate_push_item
@@ -406,35 +401,31 @@ class TenantState:
         found = self.broker.queues.get(queue)
         return None if found is None else dict(found.options)
 
-    # --- snapshot -------------------------------------------------------------------------------
+    # --- snapshot (snapshot_codec.py) -------------------------------------------------------------
+
+    def snapshot_chunks(self) -> Iterator[bytes]:
+        """The snapshot bytes in chunks, encoded as they are pulled: no copy of the whole is held.
+        The bytes depend only on the entries applied (every map is sorted)."""
+        with collector_paused():
+            yield from snapshot_codec.compressed_chunks(snapshot_codec.msgpack_pieces(self, FIRE_RESULTS))
+
+    def write_snapshot(self, output: IO[bytes]) -> None:
+        for chunk in self.snapshot_chunks():
+            output.write(chunk)
 
     def snapshot(self) -> bytes:
-        """msgpack + zstd; the bytes depend only on the entries applied (every map is sorted)."""
-        with collector_paused():
-            return self._snapshot()
-
-    def _snapshot(self) -> bytes:
-        wire = [
-            SNAPSHOT_FORMAT_VERSION, self.clock, self.scheduling_paused, self.billed,
-            [self.fired[name] for name in FIRE_RESULTS],
-            self.timers.to_wire(), self.broker.to_wire(), self.kv.to_wire(),
-            self.fired_memory.to_wire(),
-        ]
-        packed = msgpack.packb(wire, use_bin_type=True)
-        return zstandard.ZstdCompressor(level=SNAPSHOT_ZSTD_LEVEL).compress(packed)
+        """msgpack + zstd (snapshot_codec.py), whole."""
+        return b"".join(self.snapshot_chunks())
 
     @classmethod
-    def restore(cls, data: bytes) -> TenantState:
+    def restore(cls, data: bytes | list[bytes]) -> TenantState:
+        """The state of a snapshot, given whole or as the list of its chunks."""
         with collector_paused():
-            return cls._restore(data)
+            return cls._restore(snapshot_codec.unpack_wire(data))
 
     @classmethod
-    def _restore(cls, data: bytes) -> TenantState:
-        packed = zstandard.ZstdDecompressor().decompress(data)
-        wire = msgpack.unpackb(packed, raw=False, use_list=True, strict_map_key=False)
+    def _restore(cls, wire: list) -> TenantState:
         version, clock, paused, billed, fired, timers, broker, kv, *rest = wire
-        if version not in READABLE_SNAPSHOT_FORMATS:
-            raise ValueError(f"snapshot format {version} is not one of {READABLE_SNAPSHOT_FORMATS}")
         state = cls()
         state.clock = clock
         state.scheduling_paused = paused

@@ -291,7 +291,7 @@ def test_a_snapshot_from_before_the_memory_restores_with_nothing_remembered():
     pop(state, T0, "L1", batch=1)
     ack(state, T0, "L1", done(0))
     pop(state, T0, "L2", batch=1)
-    wire = msgpack.unpackb(zstandard.ZstdDecompressor().decompress(state.snapshot()), raw=False,
+    wire = msgpack.unpackb(zstandard.ZstdDecompressor().decompressobj().decompress(state.snapshot()), raw=False,
                            strict_map_key=False)
     broker = wire[6]
     del broker[3]  # the released leases

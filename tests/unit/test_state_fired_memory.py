@@ -201,7 +201,7 @@ OLD_JOURNAL_STATE_SHA256 = "f9bb66a298bc11e1cbff0b23c89abcd4168624fe01b35f96d8a2
 
 
 def snapshot_fields(state: TenantState) -> list:
-    packed = zstandard.ZstdDecompressor().decompress(state.snapshot())
+    packed = zstandard.ZstdDecompressor().decompressobj().decompress(state.snapshot())
     return msgpack.unpackb(packed, raw=False, use_list=True, strict_map_key=False)
 
 

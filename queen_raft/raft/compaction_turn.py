@@ -1,0 +1,95 @@
+"""Whose turn it is to write a snapshot: the members of a group take turns by log index.
+
+pysyncobj starts a log compaction (a forked snapshot writer) once the log holds
+`log_compaction_min_entries` entries. The members of a group apply the same entries at nearly the
+same time, so left alone all of them fork at once, again and again. Each writer is a child whose
+copy-on-write image grows to about the state's size: it touches every pending timer's object (its
+reference count), and the kernel copies each page it touches. Three members on one machine (a
+test or bench cluster, or containers packed on one host) then need up to three more states' worth
+of memory at the same moment; on separate machines the whole group still stalls on its encodes
+together (each writer takes a core).
+
+So the members take turns. The log is cut into turns of `min_entries // members` entries, and the
+member of rank r (its address's place among the group's addresses, sorted) starts a writer only
+while the applied index is in a turn t with t mod members == r, and once its log holds more than a
+turn's entries (pysyncobj's threshold is set to the turn, `compaction_min_entries`). Each member
+thus compacts once every `min_entries` entries, as before, at the start of its own turn: under a
+steady load the writers start a turn apart, and overlap only when one runs longer than a turn. A
+restarted member replays what its log held since its last snapshot: less than `min_entries`
+entries, as before (a member that waited for its turn with a full log would replay more). The
+turns follow the log, not a clock, so they hold on any machines without any exchange between them.
+
+A log that does not move (an idle group, compacted on time every 300 s) leaves the turn where it
+is: a member that has waited MAX_WAIT_S for its turn starts anyway. A single-member group never
+waits, and keeps `min_entries` as its threshold. A compaction asked for explicitly
+(TenantGroup.force_log_compaction) does not wait for the turn either.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+# The longest a member defers a snapshot for its turn; longer than a turn at any load that
+# compacts often, short against the 300 s time-based compaction.
+MAX_WAIT_S = 60.0
+
+_lock = threading.Lock()
+_turns: dict[str, CompactionTurn] = {}
+
+
+@dataclass
+class CompactionTurn:
+    rank: int
+    members: int
+    turn_entries: int
+    max_wait_s: float = MAX_WAIT_S
+    clock: callable = time.monotonic
+    _waiting_since: float | None = field(default=None, repr=False)
+    _forced: bool = field(default=False, repr=False)
+
+    def force_next(self) -> None:
+        self._forced = True
+
+    @classmethod
+    def of(cls, self_addr: str, addrs: list[str], min_entries: int) -> CompactionTurn:
+        members = sorted(set(addrs) | {self_addr})
+        # pysyncobj requires a threshold of at least 2 entries.
+        return cls(members.index(self_addr), len(members), max(2, min_entries // len(members)))
+
+    def compaction_min_entries(self, min_entries: int) -> int:
+        """pysyncobj's logCompactionMinEntries for this member: the turn, or the setting alone."""
+        return min_entries if self.members == 1 else self.turn_entries
+
+    def may_start(self, applied_index: int) -> bool:
+        """Whether a snapshot at this applied index may start now (called on each refusal's retry)."""
+        if self._forced or self.members == 1 or (applied_index // self.turn_entries) % self.members == self.rank:
+            self._waiting_since, self._forced = None, False
+            return True
+        now = self.clock()
+        if self._waiting_since is None:
+            self._waiting_since = now
+            return False
+        if now - self._waiting_since >= self.max_wait_s:
+            self._waiting_since = None
+            return True
+        return False
+
+
+def register_turn(full_dump_file: str, turn: CompactionTurn) -> None:
+    """Before the group's SyncObj is built (its serializer looks the turn up by the file's path)."""
+    with _lock:
+        _turns[os.path.abspath(full_dump_file)] = turn
+
+
+def force_next_turn(full_dump_file: str) -> None:
+    turn = turn_of(full_dump_file)
+    if turn is not None:
+        turn.force_next()
+
+
+def turn_of(full_dump_file: str) -> CompactionTurn | None:
+    with _lock:
+        return _turns.get(os.path.abspath(full_dump_file))
