@@ -20,6 +20,7 @@ from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
 from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
 from queen_raft.state.message_items import ACK_STATUSES
+from queen_raft.raft.command_forms import PUSH_ROWS_LEVEL
 from queen_raft.state.push_rows import PUSH_ROW_FIELDS
 
 BAD_REQUEST = "bad_request"
@@ -167,16 +168,23 @@ def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> 
             else item for item in items]
 
 
-# A push call travels as rows (state/push_rows.py): the same items, positional.
+# A push call travels as rows (state/push_rows.py): the same items, positional. As items (the
+# older form) while a member of the group may run a version that does not apply rows.
 _push_row = itemgetter(*PUSH_ROW_FIELDS)
+
+
+def push_command(serving: ServingNode, tenant: str, producer_sub: str | None, items: list[dict]) -> dict:
+    if serving.groups[tenant].peers_apply(PUSH_ROWS_LEVEL):
+        return {"op": "push", "producerSub": producer_sub, "rows": list(map(_push_row, items))}
+    return {"op": "push", "producerSub": producer_sub, "items": items}
 
 
 async def post_push(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)
     items = parse_push_items(await json_body(request, BAD_REQUEST))
-    rows = list(map(_push_row, encrypt_push_items(serving, principal.tenant, items)))
-    result = await propose(serving, principal.tenant, {"op": "push", "producerSub": principal.sub, "rows": rows}, UNAVAILABLE)
+    command = push_command(serving, principal.tenant, principal.sub, encrypt_push_items(serving, principal.tenant, items))
+    result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
     return json_response({"results": result["results"]}, status=201, floats_finite=True)

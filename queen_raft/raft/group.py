@@ -126,6 +126,10 @@ class TenantGroup:
 
     # -- leadership ---------------------------------------------------------------------------------
 
+    def peers_apply(self, level: int) -> bool:
+        """Whether every other member applies the command forms of `level` (command_forms.py)."""
+        return self._transport.peers_apply(level)
+
     @property
     def is_leader(self) -> bool:
         return self._syncobj._isLeader()

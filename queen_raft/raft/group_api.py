@@ -48,3 +48,8 @@ class GroupApi(Protocol):
 
     def status(self) -> GroupStatus:
         ...
+
+    def peers_apply(self, level: int) -> bool:
+        """Whether every other member of the group applies the command forms of `level`
+        (raft/command_forms.py); propose the older form when not."""
+        ...

@@ -47,6 +47,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
+from queen_raft.raft.command_forms import PeerForms, stamp
 from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.listener import ResilientTcpServer
@@ -180,6 +181,7 @@ class GroupTransport(TCPTransport):
     _burst_end: BurstEndWatch | None = None
     _accepted_at: OrderedDict | None = None
     _refusals: RefusalLog | None = None
+    peer_forms: PeerForms | None = None
     handshake_timeout_s = HANDSHAKE_TIMEOUT_S
     handshakes_timed_out = 0
     handshakes_evicted = 0
@@ -209,6 +211,7 @@ class GroupTransport(TCPTransport):
         self._held: dict[object, deque] = {}
         self.handshakes_refused = 0
         self._burst_end = BurstEndWatch()
+        self.peer_forms = PeerForms()
         super().__init__(syncObj, selfNode, otherNodes)
 
     # -- dial map ---------------------------------------------------------------------------------
@@ -280,6 +283,22 @@ class GroupTransport(TCPTransport):
             self._accepted_at.pop(conn, None)
         super()._onDisconnected(conn)
 
+    # -- command forms the peers apply (command_forms.py) -----------------------------------------
+
+    def _onMessageReceived(self, node, message):
+        if self.peer_forms is not None:
+            self.peer_forms.heard(node, message)
+        super()._onMessageReceived(node, message)
+
+    def _onNodeDisconnected(self, node):
+        if self.peer_forms is not None:
+            self.peer_forms.lost(node)
+        super()._onNodeDisconnected(node)
+
+    def peers_apply(self, level: int) -> bool:
+        """Whether every other member was last heard at `level` or above (command_forms.py)."""
+        return self.peer_forms is not None and self.peer_forms.all_apply(level, self._nodes)
+
     def _keep_listening(self, now: float) -> None:
         """Resume accepting after an out-of-descriptors backoff; and when an error unbound the
         listener (not destroy), let pysyncobj's _maybeBind bind it again (stock binds only until
@@ -316,6 +335,8 @@ class GroupTransport(TCPTransport):
     # -- group commit -----------------------------------------------------------------------------
 
     def send(self, node, message):
+        forms = self.peer_forms
+        stamp(message, forms.group_level(self._nodes) if forms is not None else 0)
         journal = self.group_commit_journal
         if journal is not None:
             held = self._held.get(node)

@@ -17,6 +17,7 @@ import jsonschema
 from aiohttp import test_utils, web
 
 from queen_raft.api.app import create_app
+from queen_raft.raft.command_forms import FORMS_LEVEL
 from queen_raft.api.apply_signal import ApplySignal
 from queen_raft.api.encryption import PayloadCipher
 from queen_raft.api.metrics import ApiMetrics
@@ -43,6 +44,7 @@ class FakeGroup:
         self.proposed: list[dict] = []
         self.unavailable: GroupUnavailable | None = None
         self.tick_results: list[dict] = []
+        self.peers_level = FORMS_LEVEL  # what the other members apply (raft/command_forms.py)
 
     def _apply(self, command: dict) -> dict:
         command = dict(command)
@@ -69,6 +71,9 @@ class FakeGroup:
 
     def peek_local(self, fn):
         return fn(self.state)
+
+    def peers_apply(self, level: int) -> bool:
+        return self.peers_level >= level
 
     def status(self) -> dict:
         return {"role": "leader", "leader": "127.0.0.1:7400", "term": 1, "commitIndex": len(self.proposed), "appliedIndex": len(self.proposed)}

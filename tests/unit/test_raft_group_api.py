@@ -19,7 +19,7 @@ def shape(function) -> tuple[bool, list[str]]:
 
 
 def test_the_protocol_names_what_the_routes_call():
-    assert sorted(CALLS) == ["peek_local", "propose", "read", "status"]
+    assert sorted(CALLS) == ["peek_local", "peers_apply", "propose", "read", "status"]
 
 
 @pytest.mark.parametrize("implementation", [TenantGroup, FakeGroup])
