@@ -50,25 +50,35 @@ class PeerForms:
     def __init__(self) -> None:
         self._levels: dict[Hashable, int] = {}
         self._vouched: dict[Hashable, int] = {}
+        # group_level's answer and the peer set it was for, until a level changes
+        self._group_level: tuple[frozenset, int] | None = None
 
     def heard(self, node: Hashable, message) -> None:
         if isinstance(message, dict):
-            self._levels[node] = _level(message.get(FORMS_KEY, 0))
+            level = _level(message.get(FORMS_KEY, 0))
             self._vouched[node] = _level(message.get(GROUP_FORMS_KEY, 0))
         else:
-            self._levels[node] = self._vouched[node] = 0
+            level = self._vouched[node] = 0
+        if self._levels.get(node) != level:
+            self._levels[node] = level
+            self._group_level = None
 
     def lost(self, node: Hashable) -> None:
         self._levels.pop(node, None)
         self._vouched.pop(node, None)
+        self._group_level = None
 
     def level_of(self, node: Hashable) -> int:
         return self._levels.get(node, 0)
 
-    def group_level(self, peers: Iterable[Hashable]) -> int:
-        """The lowest level of this node and every peer, as this node last heard them."""
-        levels = self._levels
-        return min([FORMS_LEVEL, *(levels.get(node, 0) for node in peers)])
+    def group_level(self, peers: set) -> int:
+        """The lowest level of this node and every peer, as this node last heard them. Asked on
+        every send: kept until a peer's level changes, a peer drops or the peer set changes."""
+        cached = self._group_level
+        if cached is None or cached[0] != peers:
+            levels = self._levels
+            cached = self._group_level = (frozenset(peers), min([FORMS_LEVEL, *(levels.get(node, 0) for node in peers)]))
+        return cached[1]
 
     def all_apply(self, level: int, peers: Iterable[Hashable]) -> bool:
         levels, vouched = self._levels, self._vouched

@@ -96,3 +96,19 @@ async def test_a_push_is_proposed_as_rows_only_when_every_peer_applies_them():
     assert len(older["items"]) == len(newer["rows"]) == 3
     assert older_answers == newer_answers  # queued, queued in eu, duplicate of the first
     assert [r["status"] for r in older_answers] == ["queued", "queued", "duplicate"]
+
+
+def test_the_group_level_kept_between_sends_follows_every_change():
+    forms = PeerForms()
+    peers = {"a", "b"}
+    forms.heard("a", {FORMS_KEY: 1})
+    forms.heard("b", {FORMS_KEY: 1})
+    assert forms.group_level(peers) == 1
+    assert forms.group_level(peers | {"c"}) == 0  # a member never heard from
+    assert forms.group_level(peers) == 1
+    forms.heard("b", {FORMS_KEY: 0})
+    assert forms.group_level(peers) == 0
+    forms.heard("b", {FORMS_KEY: 1})
+    assert forms.group_level(peers) == 1
+    forms.lost("a")
+    assert forms.group_level(peers) == 0
