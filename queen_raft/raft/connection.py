@@ -90,6 +90,7 @@ class FastTcpConnection(TcpConnection):
     # and sends; sendRandKey: the peer's) and clears them on disconnect.
 
     def _reset_aead(self) -> None:
+        # A new or closed connection: no keys, nothing negotiated, no frame counted.
         self._recv_rand_key = self._send_rand_key = None
         self.peer_reads_aead = False  # the peer's key offered AEAD frames: send them, and only accept them
         self._send_cipher = self._recv_cipher = None
@@ -251,17 +252,17 @@ class FastTcpConnection(TcpConnection):
 
     def _open_fernet(self, data: bytes):
         if self.encryptor:
-                # decrypt() checks the HMAC over the whole token first: a frame not made with the
-                # password is dropped here, before decompression or unpickling. Stock code also
-                # called extract_timestamp(), which checks the same HMAC again (a third of the
-                # receive cost of a large frame); the timestamp is read from the checked token.
-                token = data
-                data = self.encryptor.decrypt(token)
-                data_timestamp = fernet_timestamp(token)
-                # Explicit checks, not stock's asserts: replay protection must hold under python -O.
-                if data_timestamp < self.recvLastTimestamp:
-                    raise ValueError("a frame older than the last one")
-                self.recvLastTimestamp = data_timestamp
+            # decrypt() checks the HMAC over the whole token first: a frame not made with the
+            # password is dropped here, before decompression or unpickling. Stock code also
+            # called extract_timestamp(), which checks the same HMAC again (a third of the
+            # receive cost of a large frame); the timestamp is read from the checked token.
+            token = data
+            data = self.encryptor.decrypt(token)
+            data_timestamp = fernet_timestamp(token)
+            # Explicit checks, not stock's asserts: replay protection must hold under python -O.
+            if data_timestamp < self.recvLastTimestamp:
+                raise ValueError("a frame older than the last one")
+            self.recvLastTimestamp = data_timestamp
         message = pysyncobj.pickle.loads(zlib.decompress(data))
         if self._recv_rand_key:
             rand_key, message = message
