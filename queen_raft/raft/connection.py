@@ -22,6 +22,7 @@ tests/unit/test_raft_recipe.py fails if those members change.
 from __future__ import annotations
 
 import base64
+import itertools
 import socket
 import struct
 import zlib
@@ -94,6 +95,9 @@ class FastTcpConnection(TcpConnection):
         self._recv_rand_key = self._send_rand_key = None
         self.peer_reads_aead = False  # the peer's key offered AEAD frames: send them, and only accept them
         self._send_cipher = self._recv_cipher = None
+        # The next frame's position, its nonce: next() on a count cannot hand one position out
+        # twice, even to two threads (a nonce used twice under one key breaks GCM).
+        self._send_positions = itertools.count()
         self.aead_frames_sent = self.aead_frames_received = 0
 
     @property
@@ -128,7 +132,7 @@ class FastTcpConnection(TcpConnection):
         if cipher is None:
             cipher = self._send_cipher = peer_frame.direction_cipher(
                 self.frame_master, self._send_rand_key, self._recv_rand_key)
-        position = self.aead_frames_sent
+        position = next(self._send_positions)
         self.aead_frames_sent = position + 1
         return peer_frame.seal(cipher, position, message)
 
