@@ -1,8 +1,8 @@
 """The Raft peer password: every node has one, loopback included.
 
-The peer protocol is pysyncobj's, pickle over TCP; only its Fernet encryption (keyed by this
-password) keeps a stranger's pickle from being unpickled, so a node never starts without one. Where
-a node finds it, first match wins:
+The peer protocol is pysyncobj's, pickle over TCP; only its encryption (Fernet, or the AEAD frame of
+raft/peer_frame.py, both keyed by this password) keeps a stranger's pickle from being unpickled, so
+a node never starts without one. Where a node finds it, first match wins:
 
 1. `raft_password` in `[settings]`, or `QUEEN_RAFT_PASSWORD`;
 2. `raft_password_file` in `[settings]`, or `QUEEN_RAFT_PASSWORD_FILE`: a file holding it (one line;

@@ -11,6 +11,10 @@ MAX_HANDSHAKE_FRAME_BYTES until one frame has been decrypted (so the sender know
 MAX_PEER_FRAME_BYTES after. A frame announcing more closes the connection when its header arrives,
 before its body is buffered, and nothing is unpickled before its Fernet signature checked out.
 
+With a password, a connection whose peer offered it in the handshake sends the AEAD frame of
+peer_frame.py instead of Fernet (the frame, its keys and the negotiation are described there); it
+reads both kinds, so a node of an older version and this one still talk (Fernet both ways).
+
 It overrides private, name-mangled members of pysyncobj 0.3.17's TcpConnection;
 tests/unit/test_raft_recipe.py fails if those members change.
 """
@@ -18,6 +22,7 @@ tests/unit/test_raft_recipe.py fails if those members change.
 from __future__ import annotations
 
 import base64
+import itertools
 import socket
 import struct
 import zlib
@@ -30,6 +35,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
+from queen_raft.raft import peer_frame
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_BYTES
 
@@ -58,8 +64,13 @@ class FastTcpConnection(TcpConnection):
     frames_dropped = 0
 
     def __init__(self, *args, **kwargs):
-        # Before super().__init__(): an accepted socket is subscribed to the poller there.
+        # Before super().__init__(): an accepted socket is subscribed to the poller there, and the
+        # stock __init__ sets the random keys through the properties below.
         self.peer_proven = False  # a whole frame was read (and, with a password, decrypted)
+        # The transport sets the AEAD master key (peer_frame.master_key) on a connection of a node
+        # that reads AEAD frames; None: Fernet only, as a node of an older version.
+        self.frame_master: bytes | None = None
+        self._reset_aead()
         super().__init__(*args, **kwargs)
         self._TcpConnection__readBuffer = bytearray()
         self._TcpConnection__writeBuffer = bytearray()
@@ -71,9 +82,70 @@ class FastTcpConnection(TcpConnection):
         return result
 
     def disconnect(self):
-        super().disconnect()
+        super().disconnect()  # clears both random keys, and with them the AEAD state
         self.peer_proven = False
         self._use_bytearray_buffers()
+
+    # -- the handshake's random keys, and the AEAD frame they negotiate (peer_frame.py) -----------
+    # pysyncobj's transport sets both keys during the handshake (recvRandKey: the one this end makes
+    # and sends; sendRandKey: the peer's) and clears them on disconnect.
+
+    def _reset_aead(self) -> None:
+        # A new or closed connection: no keys, nothing negotiated, no frame counted.
+        self._recv_rand_key = self._send_rand_key = None
+        self.peer_reads_aead = False  # the peer's key offered AEAD frames: send them, and only accept them
+        self._send_cipher = self._recv_cipher = None
+        # The next frame's position, its nonce: next() on a count cannot hand one position out
+        # twice, even to two threads (a nonce used twice under one key breaks GCM).
+        self._send_positions = itertools.count()
+        self.aead_frames_sent = self.aead_frames_received = 0
+
+    @property
+    def recvRandKey(self):
+        return self._recv_rand_key
+
+    @recvRandKey.setter
+    def recvRandKey(self, key):
+        if key is None:
+            self._reset_aead()
+            return
+        if self.frame_master is not None:
+            key = key + peer_frame.AEAD_OFFER  # the peer wraps and compares the key whole
+        self._recv_rand_key = key
+        self._send_cipher = self._recv_cipher = None
+
+    @property
+    def sendRandKey(self):
+        return self._send_rand_key
+
+    @sendRandKey.setter
+    def sendRandKey(self, key):
+        if key is None:
+            self._reset_aead()
+            return
+        self._send_rand_key = key
+        self.peer_reads_aead = self.frame_master is not None and peer_frame.offers_aead(key)
+        self._send_cipher = self._recv_cipher = None
+
+    def _seal(self, message) -> bytes:
+        cipher = self._send_cipher
+        if cipher is None:
+            cipher = self._send_cipher = peer_frame.direction_cipher(
+                self.frame_master, self._send_rand_key, self._recv_rand_key)
+        position = next(self._send_positions)
+        self.aead_frames_sent = position + 1
+        return peer_frame.seal(cipher, position, message)
+
+    def _open(self, body):
+        if self._recv_rand_key is None or not self.peer_reads_aead:
+            raise peer_frame.FrameRejected("an AEAD frame before the handshake offered it")
+        cipher = self._recv_cipher
+        if cipher is None:
+            cipher = self._recv_cipher = peer_frame.direction_cipher(
+                self.frame_master, self._recv_rand_key, self._send_rand_key)
+        message = peer_frame.open_frame(cipher, self.aead_frames_received, body)
+        self.aead_frames_received += 1
+        return message
 
     def _use_bytearray_buffers(self) -> None:
         # Convert only what the stock code replaced with bytes(): a reconnect made from inside the
@@ -84,11 +156,15 @@ class FastTcpConnection(TcpConnection):
             self._TcpConnection__writeBuffer = bytearray(self._TcpConnection__writeBuffer)
 
     def send(self, message):
-        if self.sendRandKey:
-            message = (self.sendRandKey, message)
-        data = zlib.compress(pysyncobj.pickle.dumps(message), WIRE_ZLIB_LEVEL)
-        if self.encryptor:
-            data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
+        if self.peer_reads_aead and type(message) is not bytes:
+            # A random key (bytes) still goes as Fernet: the peer needs it to derive the AEAD keys.
+            data = self._seal(message)
+        else:
+            if self._send_rand_key:
+                message = (self._send_rand_key, message)
+            data = zlib.compress(pysyncobj.pickle.dumps(message), WIRE_ZLIB_LEVEL)
+            if self.encryptor:
+                data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
         write_buffer = self._TcpConnection__writeBuffer
         write_buffer += _FRAME_HEADER.pack(len(data))
         write_buffer += data
@@ -164,23 +240,11 @@ class FastTcpConnection(TcpConnection):
             return None
         data = bytes(read_buffer[4 : 4 + length])
         try:
-            if self.encryptor:
-                # decrypt() checks the HMAC over the whole token first: a frame not made with the
-                # password is dropped here, before decompression or unpickling. Stock code also
-                # called extract_timestamp(), which checks the same HMAC again (a third of the
-                # receive cost of a large frame); the timestamp is read from the checked token.
-                token = data
-                data = self.encryptor.decrypt(token)
-                data_timestamp = fernet_timestamp(token)
-                # Explicit checks, not stock's asserts: replay protection must hold under python -O.
-                if data_timestamp < self.recvLastTimestamp:
-                    raise ValueError("a frame older than the last one")
-                self.recvLastTimestamp = data_timestamp
-            message = pysyncobj.pickle.loads(zlib.decompress(data))
-            if self.recvRandKey:
-                rand_key, message = message
-                if rand_key != self.recvRandKey:
-                    raise ValueError("a frame of another connection")
+            if self.peer_reads_aead or (self.frame_master is not None and data[:1] == peer_frame.AEAD_FRAME_KIND_BYTE):
+                # After the peer's key offered AEAD frames, it sends nothing else (peer_frame.py).
+                message = self._open(data)
+            else:
+                message = self._open_fernet(data)
         except Exception:
             # As stock: a frame that does not decrypt, decompress or unpickle drops the connection.
             FastTcpConnection.frames_dropped += 1
@@ -188,6 +252,26 @@ class FastTcpConnection(TcpConnection):
             return None
         del read_buffer[: 4 + length]
         self.peer_proven = True
+        return message
+
+    def _open_fernet(self, data: bytes):
+        if self.encryptor:
+            # decrypt() checks the HMAC over the whole token first: a frame not made with the
+            # password is dropped here, before decompression or unpickling. Stock code also
+            # called extract_timestamp(), which checks the same HMAC again (a third of the
+            # receive cost of a large frame); the timestamp is read from the checked token.
+            token = data
+            data = self.encryptor.decrypt(token)
+            data_timestamp = fernet_timestamp(token)
+            # Explicit checks, not stock's asserts: replay protection must hold under python -O.
+            if data_timestamp < self.recvLastTimestamp:
+                raise ValueError("a frame older than the last one")
+            self.recvLastTimestamp = data_timestamp
+        message = pysyncobj.pickle.loads(zlib.decompress(data))
+        if self._recv_rand_key:
+            rand_key, message = message
+            if rand_key != self._recv_rand_key:
+                raise ValueError("a frame of another connection")
         return message
 
 

@@ -97,8 +97,9 @@ def syncobj_conf(settings: RaftSettings, bind_address: str, files: GroupFiles,
 
 def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial_map: dict[str, str],
                   settings: RaftSettings, files: GroupFiles, consumer: SyncObjConsumer,
-                  on_state_changed: Callable[[int, int], None]) -> CoalescingSyncObj:
+                  on_state_changed: Callable[[int, int], None], aead_frames: bool = True) -> CoalescingSyncObj:
     """The group's SyncObj, its port bound in the background (waitBinded() waits for it).
+    `aead_frames=False`: its connections speak Fernet alone, as an older version (connection.py).
 
     Call on the main thread: pysyncobj's tick thread stops when the constructing thread exits.
     """
@@ -112,7 +113,7 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     conf.logCompactionMinEntries = turn.compaction_min_entries(settings.log_compaction_min_entries)
     transport_class = functools.partial(
         GroupTransport, dial_map=dial_map, group_commit=settings.fsync == "group",
-        handshake_timeout_s=settings.handshake_timeout_s,
+        handshake_timeout_s=settings.handshake_timeout_s, aead_frames=aead_frames,
     )
     # A follower appends only what its log lacks and never deletes a committed entry
     # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.

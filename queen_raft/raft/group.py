@@ -77,6 +77,7 @@ class TenantGroup:
         state_restore: Callable[[bytes], Any] | None = None,
         bind_host: str | None = None,
         dial_map: dict[str, str] | None = None,
+        aead_frames: bool = True,  # False: Fernet frames alone, as an older version (tests of a mixed group)
     ) -> None:
         if state_factory is None or state_restore is None:
             from queen_raft.state import TenantState
@@ -120,7 +121,7 @@ class TenantGroup:
         self._consumer.skip_unread_answers = True
         self._syncobj = build_syncobj(
             self_addr, self.peer_addrs, f"{self.bind_host}:{self_port}", self.dial_map, settings, files,
-            self._consumer, self._on_state_changed,
+            self._consumer, self._on_state_changed, aead_frames=aead_frames,
         )
         self._transport: GroupTransport = self._syncobj._SyncObj__transport
 

@@ -26,6 +26,11 @@
 - Heap trim: after a burst of writes has been quiet for a second, malloc_trim gives the pages the
   burst freed back to the system (HeapTrimmer; the bounds and their measurement in settings.py).
 
+- Peer frames: with a password, every connection of a node that reads AEAD frames carries the
+  process's AEAD master key, so it offers them in the handshake and sends them to a peer that
+  offered them too (peer_frame.py); `aead_frames=False` leaves a node on Fernet alone, as an older
+  version (upgrade tests).
+
 - Listening: the Raft port's listener survives running out of file descriptors, and one that an
   error closed is bound again (listener.py).
 
@@ -51,6 +56,7 @@ from queen_raft.raft.command_forms import PeerForms, stamp
 from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.listener import ResilientTcpServer
+from queen_raft.raft.peer_frame import master_key
 from queen_raft.raft.settings import (
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
@@ -182,6 +188,7 @@ class GroupTransport(TCPTransport):
     _accepted_at: OrderedDict | None = None
     _refusals: RefusalLog | None = None
     peer_forms: PeerForms | None = None
+    frame_master: bytes | None = None  # peer_frame.master_key of the password, or None: Fernet only
     handshake_timeout_s = HANDSHAKE_TIMEOUT_S
     handshakes_timed_out = 0
     handshakes_evicted = 0
@@ -189,9 +196,11 @@ class GroupTransport(TCPTransport):
     listener_rebinds = 0
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False,
-                 handshake_timeout_s=HANDSHAKE_TIMEOUT_S):
+                 handshake_timeout_s=HANDSHAKE_TIMEOUT_S, aead_frames=True):
         # Set before super().__init__(): it adds the nodes and creates the server.
         self.dial_map: dict[str, str] = dial_map if dial_map is not None else {}
+        password = syncObj.conf.password
+        self.frame_master = master_key(password) if password and aead_frames else None
         self.handshake_timeout_s = handshake_timeout_s
         # Inbound connections still in their handshake -> when they were accepted, oldest first.
         self._accepted_at: OrderedDict = OrderedDict()
@@ -234,11 +243,14 @@ class GroupTransport(TCPTransport):
             return False
         self._lastConnectAttempt[node] = monotonic_time()
         host, port = self.dial_target(node)
-        return self._connections[node].connect(host, port)
+        conn = self._connections[node]
+        conn.frame_master = self.frame_master
+        return conn.connect(host, port)
 
     # -- inbound handshake guard ------------------------------------------------------------------
 
     def _onNewIncomingConnection(self, conn):
+        conn.frame_master = self.frame_master
         super()._onNewIncomingConnection(conn)
         self._accepted_at[conn] = monotonic_time()
         while len(self._accepted_at) > MAX_PENDING_HANDSHAKES:

@@ -72,6 +72,18 @@ def test_tcp_connection_private_members_we_override_exist():
     assert "zlib.decompress(data)" in source(TcpConnection._TcpConnection__processParseMessage)
 
 
+def test_the_handshake_sets_the_random_keys_the_aead_negotiation_reads():
+    # connection.py's recvRandKey/sendRandKey properties add the AEAD offer and read the peer's:
+    # the transport must set them as attributes, and disconnect must clear them.
+    outgoing = source(TCPTransport._onOutgoingConnected)
+    assert "conn.recvRandKey = os.urandom(32)" in outgoing and "conn.send(conn.recvRandKey)" in outgoing
+    assert "conn.sendRandKey = message" in source(TCPTransport._onOutgoingMessageReceived)
+    incoming = source(TCPTransport._onIncomingMessageReceived)
+    assert "conn.sendRandKey = message" in incoming and "conn.recvRandKey = os.urandom(32)" in incoming
+    disconnect = source(TcpConnection.disconnect)
+    assert "self.sendRandKey = None" in disconnect and "self.recvRandKey = None" in disconnect
+
+
 def test_tcp_connection_private_attributes_exist_after_init():
     poller = createPoller("auto")
     conn = TcpConnection(poller)
