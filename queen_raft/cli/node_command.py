@@ -2,8 +2,8 @@
 
 A node is the command a restart waits on, so the entry point parses `node ...` with this parser
 alone (cli/main.py), without importing the other commands, the SDK they call the API with, or
-their progress bars: a tenth of a second of a node's start, on a quiet machine. The full parser
-adds the same `node` command, so `queen-raft --help` lists it and both parse it alike.
+their progress bars. The full parser adds the same `node` command, so `queen-raft --help` lists it
+and both parse it alike.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 # No entry applied for this long: the burst is over.
 QUIET_S = 0.5
-# Entries applied past the snapshot worth a snapshot at rest: a replay of this many schedule
-# entries of 256 timers takes some tens of milliseconds, less than a quarter of a turn.
+# Entries applied past the snapshot worth a snapshot at rest: fewer replay in a small part of what
+# the restore of a large state takes, and a trickle of writes does not set a writer off each time.
 QUIET_MIN_ENTRIES = 64
 
 
