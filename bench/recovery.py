@@ -11,6 +11,8 @@ until it answers a query (Redis replays its AOF; PostgreSQL its WAL).
 from __future__ import annotations
 
 import asyncio
+import datetime
+import re
 import signal
 import time
 from pathlib import Path
@@ -27,6 +29,23 @@ HEALTH_POLL_S = 0.02
 # After the load, the followers finish applying and the groups take a snapshot (compaction) before
 # the kill, as they would in service: a node is rarely killed the instant a load ends.
 SETTLE_S = 3.0
+# The restarted node's log lines that mark its phases (queen_raft/raft/startup_phases.py), the
+# moment it serves HTTP and its first leadership line.
+PHASE_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: "
+                        r"(startup .*|node \S+ serving .*|leadership .*)$")
+
+
+def phase_lines(log_path: Path, since_wall: float) -> list[str]:
+    """`+seconds text` for each phase line the node logged after `since_wall` (time.time())."""
+    found = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = PHASE_LINE.match(line)
+        if not match:
+            continue
+        at = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if at >= since_wall - 0.001:
+            found.append(f"+{at - since_wall:.3f} {match.group(2)}")
+    return found
 
 
 def directory_bytes(path: Path) -> int:
@@ -45,7 +64,7 @@ def restart_queen_follower(service) -> dict:
         for tenant, group in (body or {}).get("groups", {}).items():
             targets[tenant] = max(targets.get(tenant, 0), group.get("commitIndex") or 0)
     cluster.stop_node(follower, signal.SIGKILL)
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     cluster.start_node(follower)
     serving_s = caught_up_s = None
     deadline = started + RESTART_TIMEOUT_S
@@ -63,7 +82,8 @@ def restart_queen_follower(service) -> dict:
         time.sleep(HEALTH_POLL_S)
     return {"restarted": follower, "data_dir_bytes": data_bytes, "serving_s": _round(serving_s),
             "caught_up_s": _round(caught_up_s), "commit_targets": targets,
-            "pending_on_restarted_node": service.pending_on(follower)}
+            "pending_on_restarted_node": service.pending_on(follower),
+            "phases": phase_lines(cluster.log_path(follower), started_wall)}
 
 
 def restart_etcd_follower(service) -> dict:

@@ -31,6 +31,7 @@ from queen_raft.peer_password import resolve_raft_password
 from queen_raft.raft import GroupUnavailable, RaftSettings, TenantGroup
 from queen_raft.raft.damaged import DamagedDataError, on_runtime_damage, remove_runtime_damage_listener
 from queen_raft.raft.damaged import exit_code_for as damaged_data_exit_code
+from queen_raft.raft.startup_phases import log_phase, log_process_started
 from queen_raft.state import TenantState
 
 log = logging.getLogger("queen_raft.node")
@@ -258,8 +259,11 @@ def run_node(config: ClusterConfig, node_id: str) -> None:
     (docs/performance.md), and its clock and timers have 1 ms resolution and a cached "now", which
     the tick loop's minimum gap between ticks is measured with, and its socket writes hold the GIL."""
     ssl_context = refuse_to_start_without_tls(config)
+    log_process_started(node_id)
+    started = time.monotonic()
     try:
         process = build_node(config, node_id)
+        log_phase("groups_loaded", started, "journals, snapshots and replays of every group")
         process.ssl_context = ssl_context
     except DamagedDataError as exc:
         log.critical("node %s refuses to start: %s", node_id, exc)

@@ -27,10 +27,10 @@ from queen_raft.api.group_calls import read
 from queen_raft.api.health import APPLY_WATCH_KEY, health_body
 from queen_raft.api.requests import json_response
 from queen_raft.api.serving import ServingNode, serving_of
-from queen_raft.client.tls import client_ssl_context
 from queen_raft.clock import wall_ms
 from queen_raft.config import ClusterConfig
 from queen_raft.state.summary import queue_summaries
+from queen_raft.tls_trust import client_ssl_context
 
 UNAVAILABLE = "unavailable"
 # A peer that does not answer its /health in this time is shown unreachable; well under the

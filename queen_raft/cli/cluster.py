@@ -11,17 +11,10 @@ from pathlib import Path
 from queen_raft.cli.backup import add_backup_commands
 from queen_raft.cli.cluster_health import add_cacert_options, cluster_status_lines, fetch_health
 from queen_raft.cli.cluster_up import run_cluster
+from queen_raft.cli.node_command import add_node_command
 from queen_raft.cli.node_control import add_node_control_commands
 from queen_raft.cli.rolling import add_rolling_restart_command
 from queen_raft.config import load_config
-
-
-def cmd_node(args: argparse.Namespace) -> int:
-    from queen_raft.node import run_node  # imports pysyncobj: only the node needs it
-
-    config = load_config(args.config)
-    run_node(config, args.id)
-    return 0
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
@@ -40,10 +33,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
-    node = sub.add_parser("node", help="run one node: every tenant group and the HTTP API")
-    node.add_argument("--config", type=Path, default=None, help="cluster TOML (default: cluster_configs/single.toml)")
-    node.add_argument("--id", default=None, help="this node's id in the config (default: the only node)")
-    node.set_defaults(handler=cmd_node)
+    add_node_command(sub)
     cluster = sub.add_parser("cluster", help="operate a whole cluster from its config")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
     up = cluster_sub.add_parser("up", help="start every node, wait for leaders, stop all on Ctrl-C")

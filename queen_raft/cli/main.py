@@ -1,9 +1,11 @@
 """The `queen-raft` command line: its parser and entry point.
 
-Each group of commands lives in its own module and registers itself here: cluster.py (node, cluster
-up|status), timers.py (timer schedule|cancel|peek|list), messages.py (push, pop), kv.py (kv
-get|put|delete), operator.py (dlq, admin, usage, queue configure) and transaction.py (transaction,
-ack, lease extend). Output and exit codes of the client commands are in output.py.
+Each group of commands lives in its own module and registers itself here: node_command.py (node),
+cluster.py (cluster up|status), timers.py (timer schedule|cancel|peek|list), messages.py (push,
+pop), kv.py (kv get|put|delete), operator.py (dlq, admin, usage, queue configure) and
+transaction.py (transaction, ack, lease extend). Output and exit codes of the client commands are
+in output.py. `node ...` is parsed by the node's parser alone, so a node's start imports none of
+the other modules.
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import logging
 import os
 import sys
 
-from queen_raft.cli.cluster import add_cluster_commands
-from queen_raft.cli.cluster_health import export_cacert
-from queen_raft.cli.kv import add_kv_commands
-from queen_raft.cli.messages import add_message_commands
-from queen_raft.cli.operator import add_operator_commands
-from queen_raft.cli.output import connection_options, installed_version
-from queen_raft.cli.timers import add_timer_commands
-from queen_raft.cli.transaction import add_transaction_commands
+from queen_raft.cli.node_command import node_parser, refuse_unreadable_ca_file
 from queen_raft.config import ConfigError, load_config
+
+PROG = "queen-raft"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queen-raft", description="A Raft-replicated timer service.")
+    # Imported here: `queen-raft node` parses with node_parser alone and never needs them.
+    from queen_raft.cli.cluster import add_cluster_commands
+    from queen_raft.cli.kv import add_kv_commands
+    from queen_raft.cli.messages import add_message_commands
+    from queen_raft.cli.operator import add_operator_commands
+    from queen_raft.cli.output import connection_options, installed_version
+    from queen_raft.cli.timers import add_timer_commands
+    from queen_raft.cli.transaction import add_transaction_commands
+
+    parser = argparse.ArgumentParser(prog=PROG, description="A Raft-replicated timer service.")
     parser.add_argument("--version", action="version", version=f"queen-raft {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_cluster_commands(sub)
@@ -62,11 +68,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = node_parser(PROG) if words[:1] == ["node"] else build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("QUEEN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        export_cacert(args)
+        if args.command == "node":
+            refuse_unreadable_ca_file()
+        else:
+            from queen_raft.cli.cluster_health import export_cacert
+
+            export_cacert(args)
         if args.command == "node" and args.id is None:
             config = load_config(args.config)
             if len(config.nodes) != 1:

@@ -1,21 +1,5 @@
-"""The client's TLS context for https:// node URLs."""
+"""The client's TLS context for https:// node URLs (queen_raft/tls_trust.py)."""
 
-from __future__ import annotations
+from queen_raft.tls_trust import CACERT_ENV, client_ssl_context
 
-import os
-import ssl
-
-CACERT_ENV = "QUEEN_CACERT"
-
-
-def client_ssl_context(cafile: str | None = None) -> ssl.SSLContext:
-    """Verifies the nodes' certificates (host name or IP SAN) against `cafile`, else the file named
-    by QUEEN_CACERT, else the system's trust store; TLS 1.2 or newer. A CA file that cannot be
-    read as PEM certificates is a ValueError naming it."""
-    cafile = cafile or os.environ.get(CACERT_ENV) or None
-    try:
-        context = ssl.create_default_context(cafile=cafile)
-    except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"cannot use the CA file {cafile} (cafile, --cacert or {CACERT_ENV}): {exc}") from None
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
+__all__ = ["CACERT_ENV", "client_ssl_context"]

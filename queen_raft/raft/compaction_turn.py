@@ -23,6 +23,9 @@ A log that does not move (an idle group, compacted on time every 300 s) leaves t
 is: a member that has waited MAX_WAIT_S for its turn starts anyway. A single-member group never
 waits, and keeps `min_entries` as its threshold. A compaction asked for explicitly
 (TenantGroup.force_log_compaction) does not wait for the turn either.
+
+When the log goes quiet after a burst, the members compact once more (quiet_compaction.py), one
+after the other in `quiet_place` order, a writer's duration (`stagger_s`) apart.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ from dataclasses import dataclass, field
 # The longest a member defers a snapshot for its turn; longer than a turn at any load that
 # compacts often, short against the 300 s time-based compaction.
 MAX_WAIT_S = 60.0
+# The gap between two members' writers when the log is quiet: this member's last writer's duration
+# times WRITER_MARGIN (the members hold the same state, so theirs take about as long), at least
+# MIN_STAGGER_S; DEFAULT_STAGGER_S before this process has run a writer.
+WRITER_MARGIN = 1.25
+MIN_STAGGER_S = 0.5
+DEFAULT_STAGGER_S = 2.0
 
 _lock = threading.Lock()
 _turns: dict[str, CompactionTurn] = {}
@@ -49,6 +58,10 @@ class CompactionTurn:
     clock: callable = time.monotonic
     _waiting_since: float | None = field(default=None, repr=False)
     _forced: bool = field(default=False, repr=False)
+    # How long this member's last snapshot writer ran, fork to publish (snapshot_writer.py).
+    writer_seconds: float | None = None
+    # The members' addresses, sorted: a member's rank is its place here.
+    addresses: tuple[str, ...] = ()
 
     def force_next(self) -> None:
         self._forced = True
@@ -57,11 +70,34 @@ class CompactionTurn:
     def of(cls, self_addr: str, addrs: list[str], min_entries: int) -> CompactionTurn:
         members = sorted(set(addrs) | {self_addr})
         # pysyncobj requires a threshold of at least 2 entries.
-        return cls(members.index(self_addr), len(members), max(2, min_entries // len(members)))
+        return cls(members.index(self_addr), len(members), max(2, min_entries // len(members)),
+                   addresses=tuple(members))
 
     def compaction_min_entries(self, min_entries: int) -> int:
         """pysyncobj's logCompactionMinEntries for this member: the turn, or the setting alone."""
         return min_entries if self.members == 1 else self.turn_entries
+
+    def turn_of(self, applied_index: int) -> int:
+        return applied_index // self.turn_entries
+
+    def quiet_place(self, applied_index: int, leader: str | None = None) -> int:
+        """This member's place (0 first) among the members compacting a log quiet at this index.
+
+        The followers go before the leader: a follower's restart is the one that must be quick
+        (the group keeps serving meanwhile), while the leader's is a failover anyway. Among them,
+        the owner of the next turn goes first: it compacted two turns ago, so its log is the
+        longest (and a restart would replay the most); the owner of the current turn, which
+        compacted at this turn's start, goes last."""
+        owner = self.turn_of(applied_index) % self.members
+        leader_rank = self.addresses.index(leader) if leader in self.addresses else -1
+        order = sorted(range(self.members), key=lambda rank: (rank == leader_rank, (rank - owner - 1) % self.members))
+        return order.index(self.rank)
+
+    def stagger_s(self) -> float:
+        """The time one member's writer is given before the next member's starts."""
+        if self.writer_seconds is None:
+            return DEFAULT_STAGGER_S
+        return max(MIN_STAGGER_S, WRITER_MARGIN * self.writer_seconds)
 
     def may_start(self, applied_index: int) -> bool:
         """Whether a snapshot at this applied index may start now (called on each refusal's retry)."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pysyncobj.syncobj
 from pysyncobj.journal import MemoryJournal
 
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
+from queen_raft.raft.startup_phases import log_phase
 
 _JOURNAL_KINDS = {"group": GroupCommitJournal, "off": CompactionGuardedJournal}
 _registry_lock = threading.Lock()
@@ -36,7 +38,10 @@ def create_journal(journalFile=None):
         return MemoryJournal()
     with _registry_lock:
         kind, full_dump_file = _registered.get(os.path.abspath(journalFile), (CompactionGuardedJournal, None))
-    return kind(journalFile, full_dump_file)
+    started = time.monotonic()
+    journal = kind(journalFile, full_dump_file)
+    log_phase("journal_open", started, entries=len(journal), file=journalFile)
+    return journal
 
 
 def install_journal_factory() -> None:

@@ -30,6 +30,7 @@ import time
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.snapshot_file import DataDirRefused, SnapshotDamaged
+from queen_raft.raft.startup_phases import log_phase
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         self._start_load_done = threading.Event()
         self.start_refusal: DataDirRefused | None = None
         self.snapshot_installs_failed = 0
+        self._replay_started: tuple[float, int] | None = None  # (monotonic, applied index) after the load
         super().__init__(*args, **kwargs)
 
     # -- the load ------------------------------------------------------------------------------------
@@ -70,12 +72,16 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
 
     def _load_dump(self, clear_journal: bool) -> None:
         """pysyncobj's __loadDumpFile, raising instead of clearing committed entries or going on empty."""
+        started = time.monotonic()
         data = self._SyncObj__serializer.deserialize()
+        log_phase("snapshot_read", started, "read, verified, unpickled")
         consumers = self._SyncObj__consumers
         if data[0] is not None:
             self_data, consumers_data = (data[0][0], data[0][1:]) if consumers else (data[0], [])
+            started = time.monotonic()
             for consumer, consumer_data in zip(consumers, consumers_data):
                 consumer._deserialize(consumer_data)
+            log_phase("snapshot_restore", started, "state decoded and indexed", index=data[1][1])
             self.__dict__.update(self_data)
         last, prev = tuple(data[1]), tuple(data[2])
         raft_log = self._SyncObj__raftLog
@@ -102,6 +108,8 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         if self._SyncObj__conf.dynamicMembershipChange:
             self._SyncObj__updateClusterConfiguration([node for node in data[3] if node != self._SyncObj__selfNode])
         self._SyncObj__onSetCodeVersion(0)
+        if not clear_journal:
+            self._replay_started = (time.monotonic(), last[1])
 
     # -- the tick thread and the main thread ---------------------------------------------------------
 
@@ -109,9 +117,21 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         if self.start_refusal is not None:
             time.sleep(timeToWait)  # refused: never poll, vote, lead or apply again
             return
+        if self._start_load_done.is_set():
+            super()._onTick(timeToWait)
+            return
+        # Until the start's load is done: that tick loads the snapshot (if any), then applies every
+        # committed entry the journal holds past it.
+        self._replay_started = (time.monotonic(), self._SyncObj__raftLastApplied)
         super()._onTick(timeToWait)
-        if not self._start_load_done.is_set() and not self._SyncObj__needLoadDumpFile:
+        if not self._SyncObj__needLoadDumpFile:
+            self._log_replay()
             self._start_load_done.set()
+
+    def _log_replay(self) -> None:
+        started, snapshot_index = self._replay_started
+        log_phase("journal_replay", started, entries=self._SyncObj__raftLastApplied - snapshot_index,
+                  journal_entries=len(self._SyncObj__raftLog))
 
     def waitBinded(self):
         """Bound, and the snapshot (if any) loaded; DataDirRefused if it could not be."""

@@ -145,6 +145,7 @@ class SnapshotSerializer:
         self._batch_bytes = transmission_batch_bytes
         self._delay_s = writer_delay_s()
         self._pid = 0
+        self._started_at = 0.0
         self._tmp_path: str | None = None
         self._current_id: Any = 0
         self._transmissions: dict[Any, dict] = {}
@@ -166,10 +167,16 @@ class SnapshotSerializer:
             return
         tmp_path = f"{self._file_name}{WRITING_SUFFIX}.{os.getpid()}.{secrets.token_hex(4)}"
         parent_pid = os.getpid()
+        started_at = time.monotonic()
         pid = os.fork()
         if pid == 0:
             _run_writer(tmp_path, data, parent_pid, self._delay_s)
-        self._pid, self._tmp_path, self._current_id = pid, tmp_path, id
+        self._pid, self._tmp_path, self._current_id, self._started_at = pid, tmp_path, id, started_at
+
+    @property
+    def writing(self) -> bool:
+        """Whether a writer of this node runs (forked, not yet reaped)."""
+        return self._pid != 0
 
     def checkSerializing(self):
         pid = self._pid
@@ -185,6 +192,8 @@ class SnapshotSerializer:
         tmp_path, self._tmp_path = self._tmp_path, None
         if status == 0 and self._publish(tmp_path):
             self._transmissions = {}
+            if self._turn is not None:
+                self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted", pid, status)
         _remove_quietly(tmp_path)

@@ -1,0 +1,43 @@
+"""A node's start logs one line per phase (raft/startup_phases.py), and the recovery scenario of the
+bench finds them in the restarted node's log with their time since the restart."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from bench.recovery import phase_lines
+from queen_raft.raft.startup_phases import log_phase, log_process_started, process_age_s
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the node's (cli/main.py)
+
+
+def test_the_process_age_is_the_time_since_this_process_started():
+    age = process_age_s()
+    assert age is not None and 0 < age < time.monotonic() + 1
+
+
+def test_the_bench_reads_each_phase_line_logged_after_the_restart(tmp_path):
+    log_path = tmp_path / "n1.log"
+    log_path.write_text("2000-01-01 00:00:00,000 INFO queen_raft.startup: startup phase=old seconds=1.000\n")
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger = logging.getLogger("queen_raft.startup")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    since = time.time() - 0.5
+    try:
+        log_process_started("n1")
+        log_phase("journal_replay", time.monotonic() - 0.25, entries=12)
+        logging.getLogger("queen_raft.node").warning("not a phase")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        handler.close()
+    lines = phase_lines(log_path, since)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("+") and "startup node=n1 phase=imports seconds=" in lines[0]
+    offset, text = lines[1].split(" ", 1)
+    assert 0.4 <= float(offset) < 5 and text.startswith("startup phase=journal_replay seconds=0.2")
+    assert text.endswith(" entries=12")
