@@ -11,13 +11,17 @@ together (each writer takes a core).
 
 So the members take turns. The log is cut into turns of `min_entries // members` entries, and the
 member of rank r (its address's place among the group's addresses, sorted) starts a writer only
-while the applied index is in a turn t with t mod members == r, and once its log holds more than a
-turn's entries (pysyncobj's threshold is set to the turn, `compaction_min_entries`). Each member
-thus compacts once every `min_entries` entries, as before, at the start of its own turn: under a
-steady load the writers start a turn apart, and overlap only when one runs longer than a turn. A
-restarted member replays what its log held since its last snapshot: less than `min_entries`
-entries, as before (a member that waited for its turn with a full log would replay more). The
-turns follow the log, not a clock, so they hold on any machines without any exchange between them.
+while the applied index is in a turn t with t mod members == r, and once its log holds more than
+`compaction_min_entries` entries (pysyncobj's threshold): all the other members' turns and half a
+turn. Each member thus compacts once every `min_entries` entries, as before, at the start of its
+own turn: under a steady load the writers start a turn apart, and overlap only when one runs
+longer than a turn. A threshold of one turn would let a member that started at its turn's start be
+ready again before that turn ends: pysyncobj counts the entries appended and not yet applied in
+its log, so the log passes a turn's length a few entries before the applied index leaves the turn,
+and the member would start a second writer then, next to the one the next member starts at its
+turn's start. The half turn of margin absorbs those entries. A restarted member replays what its
+log held since its last snapshot: about `min_entries` entries, as before. The turns follow the
+log, not a clock, so they hold on any machines without any exchange between them.
 
 A log that does not move (an idle group, compacted on time every 300 s) leaves the turn where it
 is: a member that has waited MAX_WAIT_S for its turn starts anyway. A single-member group never
@@ -74,8 +78,11 @@ class CompactionTurn:
                    addresses=tuple(members))
 
     def compaction_min_entries(self, min_entries: int) -> int:
-        """pysyncobj's logCompactionMinEntries for this member: the turn, or the setting alone."""
-        return min_entries if self.members == 1 else self.turn_entries
+        """pysyncobj's logCompactionMinEntries for this member: the other members' turns and half a
+        turn (see the module docstring), or the setting alone."""
+        if self.members == 1:
+            return min_entries
+        return max(2, (self.members - 1) * self.turn_entries + self.turn_entries // 2)
 
     def turn_of(self, applied_index: int) -> int:
         return applied_index // self.turn_entries

@@ -69,13 +69,53 @@ def test_the_serializer_declines_outside_its_turn_without_forking(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_member_compacts_past_a_turn_of_entries_and_a_lone_node_past_the_setting():
-    """A member waiting with a full log for its turn would replay more on a restart: its threshold
-    is the turn, so it compacts once per cycle, at its turn's start."""
+def test_a_member_compacts_past_the_other_turns_and_half_its_own_and_a_lone_node_past_the_setting():
     members = turns(2000)
-    assert [t.compaction_min_entries(2000) for t in members] == [666, 666, 666]
+    assert [t.compaction_min_entries(2000) for t in members] == [1665, 1665, 1665]
     assert CompactionTurn.of("127.0.0.1:7001", [], 2000).compaction_min_entries(2000) == 2000
-    assert CompactionTurn.of("127.0.0.1:7001", ["127.0.0.1:7002"], 3).compaction_min_entries(3) == 2
+    assert CompactionTurn.of("127.0.0.1:7001", ["127.0.0.1:7002"], 2000).compaction_min_entries(2000) == 1500
+    assert CompactionTurn.of("127.0.0.1:7001", ["127.0.0.1:7002"], 3).compaction_min_entries(3) == 3
+
+
+def writer_starts(members: list[CompactionTurn], entries: int, unapplied: int, writer_entries: int) -> list[tuple[int, int]]:
+    """(applied index, rank) of every writer start over `entries` applied entries, by pysyncobj's
+    rule: a member not writing asks once its log (the entries since its last snapshot, plus the
+    `unapplied` ones appended and not yet applied) is over its threshold, and the turn decides; a
+    writer takes `writer_entries` entries to finish, and then the log is cut at its index."""
+    snapshot_at = {turn.rank: 0 for turn in members}
+    writing_until: dict[int, tuple[int, int]] = {}  # rank -> (finishes at, snapshot index)
+    starts = []
+    for applied in range(entries):
+        for turn in members:
+            rank = turn.rank
+            if rank in writing_until:
+                finishes_at, index = writing_until[rank]
+                if applied >= finishes_at:
+                    snapshot_at[rank] = index
+                    del writing_until[rank]
+                continue
+            log_entries = applied + unapplied - snapshot_at[rank] + 1
+            if log_entries > turn.compaction_min_entries(2000) and turn.may_start(applied):
+                starts.append((applied, rank))
+                writing_until[rank] = (applied + writer_entries, applied)
+    return starts
+
+
+def test_under_a_steady_load_the_writers_start_a_turn_apart_once_per_cycle_each():
+    """Entries appended ahead of the apply make a log pass its threshold early: with a threshold of
+    one turn, a member that started at its turn's start started again at the turn's end, next to
+    the next member's start (two writers at once, every turn)."""
+    for unapplied in (0, 1, 3, 20):
+        starts = writer_starts(turns(2000), 20_000, unapplied, writer_entries=200)
+        gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
+        # The first writer of a new log starts mid-turn (every log fills at once); never two at once.
+        assert min(gaps) >= 333, (unapplied, starts)
+        steady = [b[0] - a[0] for a, b in zip(starts, starts[1:]) if a[0] >= 4000]
+        assert min(steady) >= 600, (unapplied, starts)
+        for rank in range(3):
+            own = [index for index, who in starts if who == rank and index >= 4000]
+            assert min(b - a for a, b in zip(own, own[1:])) >= 1990, (unapplied, rank, own)
+        assert len(starts) >= 20_000 // 666 - 3
 
 
 def test_a_forced_compaction_does_not_wait_for_the_turn_once():
