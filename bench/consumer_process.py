@@ -5,6 +5,7 @@ txns (of its run: those starting with txn_prefix) or its deadline passes, then s
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import time
 from typing import Any
@@ -21,6 +22,7 @@ async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_pre
     client = endpoint.open_client(1)
     received: list[tuple[str, int, float]] = []
     seen: set[str] = set()
+    gc.freeze()  # what the start left (modules, the client): see below
     try:
         while len(seen) < expected and time.time() < deadline_unix_s:
             # The first call fixes where the consumer reads from (a cursor at the log's end, a
@@ -34,6 +36,11 @@ async def _consume(endpoint: Any, expected: int, deadline_unix_s: float, txn_pre
                     continue
                 received.append((receipt.txn, receipt.fired_at_ms, at_ms))
                 seen.add(receipt.txn)
+            # The receipts kept are tens of thousands of long-lived objects: left in the collector's
+            # generations, each full collection walks them all, and its pause (up to a few hundred
+            # ms on a busy machine) would be counted as the lag of the fires received after it, for
+            # every system alike. Frozen, a collection walks only what came since.
+            gc.freeze()
     finally:
         await client.close()
     return received
