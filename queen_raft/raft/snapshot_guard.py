@@ -18,8 +18,10 @@ load that does the same work but never drops a committed entry silently:
   The journal is cleared there as stock does: the leader sends every entry after the snapshot.
 
 _doDestroy also kills and reaps a snapshot writer still running, so a graceful stop leaves none
-behind. Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and
-_doDestroy (wrapped) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source.
+behind. The tick that ends the start's load re-arms the election deadline (_rearm_election_deadline).
+Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and _doDestroy
+(wrapped) of pysyncobj 0.3.17, and sets __raftElectionDeadline through __generateRaftTimeout;
+tests/unit/test_raft_recipe.py pins the source.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+
+from pysyncobj.monotonic import monotonic as monotonic_time
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.snapshot_file import DataDirRefused, SnapshotDamaged
@@ -126,7 +130,18 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         super()._onTick(timeToWait)
         if not self._SyncObj__needLoadDumpFile:
             self._log_replay()
+            self._rearm_election_deadline()
             self._start_load_done.set()
+
+    def _rearm_election_deadline(self) -> None:
+        """Count the election timeout from the end of the start's load, as pysyncobj arms it (now plus
+        a random draw in [raftMinTimeout, raftMaxTimeout]). pysyncobj arms it at construction, and a
+        load longer than the timeout (a big snapshot to restore, a long journal to replay) leaves it
+        past before this node has heard anyone: its first connection would start an election and
+        depose a healthy leader. Re-armed, the node hears the leader's heartbeat first; with no
+        leader it still stands within one election timeout. The load tick's own election check
+        cannot fire before this: it runs ahead of the node's first poll, so no peer is connected."""
+        self._SyncObj__raftElectionDeadline = monotonic_time() + self._SyncObj__generateRaftTimeout()
 
     def _log_replay(self) -> None:
         started, snapshot_index = self._replay_started

@@ -16,6 +16,7 @@ import time
 
 import pysyncobj
 import pysyncobj.journal
+import pysyncobj.monotonic
 import pysyncobj.pickle
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
@@ -473,6 +474,37 @@ def test_snapshot_guard_overrides_are_real_overrides_used_by_the_group():
     assert issubclass(CoalescingSyncObj, SnapshotGuardedSyncObj)
     for name in ("_SyncObj__loadDumpFile", "_onTick", "waitBinded", "_doDestroy"):
         assert name in vars(SnapshotGuardedSyncObj) and callable(getattr(SyncObj, name))
+
+
+def test_syncobj_election_deadline_the_start_re_arms():
+    # SnapshotGuardedSyncObj._rearm_election_deadline: the deadline is armed at construction (before
+    # the journal opens and the snapshot loads), drawn by __generateRaftTimeout on pysyncobj's
+    # monotonic clock, and read by the election check of every tick.
+    init = source(SyncObj.__init__)
+    armed = "self.__raftElectionDeadline = monotonicTime() + self.__generateRaftTimeout()"
+    assert init.index(armed) < init.index("self.__raftLog = createJournal(self.__conf.journalFile)")
+    assert params(SyncObj._SyncObj__generateRaftTimeout) == ["self"]
+    draw = source(SyncObj._SyncObj__generateRaftTimeout)
+    assert "self.__conf.raftMinTimeout" in draw and "self.__conf.raftMaxTimeout" in draw
+    assert pysyncobj.syncobj.monotonicTime is pysyncobj.monotonic.monotonic
+    tick = source(SyncObj._onTick)
+    assert tick.index("self.__loadDumpFile(clearJournal=False)") < tick.index(
+        "if self.__raftElectionDeadline < monotonicTime() and self.__connectedToAnyone():")
+
+
+def test_the_start_re_arms_the_election_deadline_from_the_end_of_its_load():
+    from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+
+    class Conf:
+        raftMinTimeout, raftMaxTimeout = 0.2, 0.6
+
+    node = object.__new__(SnapshotGuardedSyncObj)
+    node._SyncObj__conf = Conf()
+    node._SyncObj__raftElectionDeadline = 0.0  # armed at construction, long past after a slow load
+    before = pysyncobj.monotonic.monotonic()
+    node._rearm_election_deadline()
+    after = pysyncobj.monotonic.monotonic()
+    assert before + 0.2 <= node._SyncObj__raftElectionDeadline <= after + 0.6
 
 
 def test_tcp_server_members_the_resilient_listener_reads_exist():
