@@ -123,8 +123,39 @@ def _run_one_fault(monkeypatch, tmp_path, fault: str, wait: WriterWait) -> tuple
 
     asyncio.run(go())
     history.close()
-    assert asked == [({"n1": 101, "n2": 102, "n3": 103}, nemesis_module.SNAPSHOT_WRITER_NODES)]
+    pids = {"n1": 101, "n2": 102, "n3": 103}
+    expected = [(pids, nemesis_module.SNAPSHOT_WRITER_NODES)] + ([] if wait.found else [(pids, 1)])
+    assert asked == expected
     return cluster, history.events
+
+
+def test_a_snapshot_fault_without_two_writers_acts_on_one(monkeypatch, tmp_path):
+    """The members take turns to write, so two writers at once are rare: after the wait for two,
+    the fault acts on the first writer it meets, and its record says so."""
+    asked = []
+
+    def fake_wait(pids, min_nodes, timeout_s, stop=lambda: False, children=None):
+        asked.append((min_nodes, timeout_s))
+        if min_nodes == 2:
+            return WriterWait(False, timeout_s, 500, {"n1": [], "n2": [], "n3": []})
+        return WriterWait(True, 1.5, 75, {"n1": [], "n2": [os.getpid()], "n3": []})
+
+    monkeypatch.setattr(nemesis_module, "wait_for_writers", fake_wait)
+    cluster = _FakeCluster()
+    history = HistoryWriter(tmp_path / "history.jsonl")
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        await Nemesis(cluster, history).run([PlannedFault(0.0, "stop-all-during-snapshot", 0.05, {})],
+                                            loop.time(), asyncio.Event())
+
+    asyncio.run(go())
+    history.close()
+    assert asked == [(2, nemesis_module.SNAPSHOT_PAIR_WAIT_S),
+                     (1, nemesis_module.SNAPSHOT_WAIT_S - nemesis_module.SNAPSHOT_PAIR_WAIT_S)]
+    start = [event.value for event in history.events if event.type == "info"][0]
+    assert start["during_snapshot"] is True and start["writers"] == {"n2": [os.getpid()]}
+    assert start["waited_s"] == round(nemesis_module.SNAPSHOT_PAIR_WAIT_S + 1.5, 3)
 
 
 @pytest.mark.parametrize("fault, down", [("kill-all-during-snapshot", [("kill", "n1"), ("kill", "n2"), ("kill", "n3")]),
