@@ -35,8 +35,13 @@ PHASE_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: "
                         r"(startup .*|node \S+ serving .*|leadership .*)$")
 
 
+# A phase line names the file it read; the results keep its tenant and name, not the machine's path.
+FILE_PATH = re.compile(r"file=\S*?([^/\s]+/[^/\s]+)(?=\s|$)")
+
+
 def phase_lines(log_path: Path, since_wall: float) -> list[str]:
-    """`+seconds text` for each phase line the node logged after `since_wall` (time.time())."""
+    """`+seconds text` for each phase line the node logged after `since_wall` (time.time()), each
+    file named by its tenant directory and name only."""
     found = []
     for line in log_path.read_text(errors="replace").splitlines():
         match = PHASE_LINE.match(line)
@@ -44,7 +49,8 @@ def phase_lines(log_path: Path, since_wall: float) -> list[str]:
             continue
         at = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
         if at >= since_wall - 0.001:
-            found.append(f"+{at - since_wall:.3f} {match.group(2)}")
+            text = FILE_PATH.sub(r"file=\1", match.group(2))
+            found.append(f"+{at - since_wall:.3f} {text}")
     return found
 
 

@@ -41,3 +41,11 @@ def test_the_bench_reads_each_phase_line_logged_after_the_restart(tmp_path):
     offset, text = lines[1].split(" ", 1)
     assert 0.4 <= float(offset) < 5 and text.startswith("startup phase=journal_replay seconds=0.2")
     assert text.endswith(" entries=12")
+
+
+def test_the_bench_keeps_a_phase_file_by_its_tenant_and_name_not_the_machine_path(tmp_path):
+    log_path = tmp_path / "n1.log"
+    log_path.write_text("2030-01-01 00:00:00,000 INFO queen_raft.startup: startup phase=journal_open "
+                        "seconds=0.037 entries=818 file=/var/lib/queen/data-1/n1/acme/raft.journal\n")
+    assert [line.split(" ", 1)[1] for line in phase_lines(log_path, 0.0)] == [
+        "startup phase=journal_open seconds=0.037 entries=818 file=acme/raft.journal"]
