@@ -19,22 +19,11 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from queen_raft.raft import peer_frame
 from queen_raft.raft.connection import FastTcpConnection
+from tests.unit.test_raft_connection_guards import Gadget  # counts its own unpickling
 
 PASSWORD = "cluster password"
 POLLS = 100
 POLL_TIMEOUT_S = 0.01
-
-
-class Gadget:
-    unpickled = 0
-
-    def __reduce__(self):
-        return (Gadget._mark, ())
-
-    @staticmethod
-    def _mark():
-        Gadget.unpickled += 1
-        return "marked"
 
 
 def connection(poller, sock, received: list, aead: bool) -> FastTcpConnection:
