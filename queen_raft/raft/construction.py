@@ -19,6 +19,7 @@ from queen_raft.raft.journal_factory import install_journal_factory, register_jo
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.quiet_compaction import install_quiet_compaction
+from queen_raft.raft.snapshot_repair import install_snapshot_repair
 from queen_raft.raft.settings import (
     APPEND_ENTRIES_BATCH_SIZE_BYTES,
     COMMANDS_QUEUE_SIZE,
@@ -124,6 +125,7 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
         self_addr, peer_addrs, conf=conf, consumers=[consumer], transportClass=transport_class
     )
     install_quiet_compaction(syncobj, turn)
+    install_snapshot_repair(syncobj, turn)
     if settings.fsync == "group":
         # The journal file and its directories may have just been created: make their entries durable.
         fsync_directory_chain(files.journal_file)

@@ -151,6 +151,8 @@ class SnapshotSerializer:
         self._transmissions: dict[Any, dict] = {}
         self._incoming = None
         self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
+        # Set when a file to send was found damaged: snapshot_repair.py writes a new one.
+        self.rewrite_wanted = False
         self.snapshots_published = 0
         self.snapshots_rejected = 0
         self.snapshots_deferred = 0
@@ -295,6 +297,7 @@ class SnapshotSerializer:
     def _refuse_to_send(self, identity: tuple, exc: Exception) -> None:
         if identity != self._unsendable:  # once per damaged file, not once per heartbeat
             self._unsendable = identity
+            self.rewrite_wanted = True
             log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
 
     def cancelTransmisstion(self, id) -> None:

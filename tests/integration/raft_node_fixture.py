@@ -171,6 +171,9 @@ async def _serve(args) -> None:
             journalFlushes=group.journal_flushes,
             tickLags=list(tick_lags),
             pid=os.getpid(),
+            # The index of the last snapshot this node wrote, and whether a writer runs.
+            snapshotIndex=group._syncobj._SyncObj__lastSerializedEntry,
+            snapshotWriting=group._syncobj._SyncObj__serializer.writing,
         )
         return web.json_response(body)
 

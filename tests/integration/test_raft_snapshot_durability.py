@@ -201,15 +201,28 @@ def _local_timers(node) -> set[str]:
         return set()
 
 
+def snapshot_covers_the_log(node) -> bool:
+    """The node's last snapshot is at its last applied entry's predecessor (pysyncobj snapshots
+    there), no writer runs: a compaction now would find nothing new to write."""
+    status = node.status()
+    return status["snapshotIndex"] == status["appliedIndex"] - 1 and not status["snapshotWriting"]
+
+
 def test_a_wiped_node_never_installs_a_damaged_snapshot_from_the_leader(make_cluster):
     """Stock pysyncobj sent its snapshot file as it was and the follower renamed it into place
-    before loading it: a truncated snapshot on the leader broke every node that re-synced from it."""
+    before loading it: a truncated snapshot on the leader broke every node that re-synced from it.
+    And a leader that refused its damaged file kept it as long as the group applied nothing new:
+    pysyncobj writes no snapshot at the index it last wrote, so the wiped node never caught up."""
     cluster = make_cluster(["--compaction-entries", str(COMPACTION_ENTRIES)])
     writer = TimerWriter(cluster)
     write_until_every_node_has_a_snapshot(cluster, writer)
     for _ in range(COMPACTION_ENTRIES // 2):
         writer.write_batch()
     leader = cluster.wait_for_leader()
+    # The leader's snapshot holds its whole applied log (as after a quiet compaction), and the
+    # group stays idle from here on.
+    leader.compact()
+    wait_until(lambda: snapshot_covers_the_log(leader), WRITE_DEADLINE_S, "the leader's snapshot of its whole log")
     wiped = cluster.followers(leader)[0]
     wiped.stop()
     for name in os.listdir(wiped.data_dir):
@@ -226,7 +239,7 @@ def test_a_wiped_node_never_installs_a_damaged_snapshot_from_the_leader(make_clu
 
     wiped.start()
     wait_until(installed_or_refused, WRITE_DEADLINE_S, "the leader to send or refuse its snapshot")
-    # A new snapshot on the leader (it verifies) is what the wiped node then installs.
-    leader.compact()
+    # The leader writes a new snapshot on its own (it verifies): the wiped node installs that one.
     wait_until(lambda: _local_timers(wiped) >= set(writer.acknowledged), WRITE_DEADLINE_S,
                "the wiped node to re-sync from a good snapshot")
+    assert "the snapshot does not verify: writing a new one from the state in memory" in leader.log_tail(20_000)

@@ -247,6 +247,15 @@ def test_syncobj_snapshot_path_we_rely_on():
     assert "callback(oldState, newState)" in source(SyncObj._SyncObj__setState)
 
 
+
+def test_syncobj_compaction_skip_the_snapshot_repair_clears():
+    # snapshot_repair.py forgets the last serialized index so that a compaction at the same index
+    # writes a new file: pysyncobj skips one whose index equals __lastSerializedEntry.
+    compaction = source(SyncObj._SyncObj__tryLogCompaction)
+    assert "lastAppliedEntries[0][1] == self.__lastSerializedEntry" in compaction
+    assert "self.__forceLogCompaction = False" in compaction
+    assert "self.__lastSerializedEntry = None" in source(SyncObj.__init__)
+
 # -- SyncObj: the follower's append_entries (follower_append.py) ----------------------------------------
 
 # sha256 of inspect.getsource() of each SyncObj method LogMatchingSyncObj wraps or calls, in 0.3.17.

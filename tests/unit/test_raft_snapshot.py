@@ -20,6 +20,8 @@ from queen_raft.raft.snapshot_file import (
     read_snapshot,
     verify_snapshot_file,
 )
+from queen_raft.raft.compaction_turn import CompactionTurn
+from queen_raft.raft.snapshot_repair import rewrite_if_damaged
 from queen_raft.raft.snapshot_writer import WRITER_DELAY_ENV, SnapshotSerializer, writer_delay_s
 
 ENTRIES = [(b"\x00" + bytes([i]), i, 1) for i in range(1, 11)]
@@ -267,3 +269,35 @@ def test_a_damaged_snapshot_from_the_leader_is_rejected_and_the_old_one_kept(tmp
     assert receiver.setTransmissionData((b"", False, True)) is False
     assert snap.read_bytes() == old and receiver.snapshots_rejected == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.snapshot"]
+
+
+class CompactingSyncObj:
+    """What snapshot_repair touches of a SyncObj: the last serialized index and the forced compaction."""
+
+    def __init__(self, last_serialized) -> None:
+        self._SyncObj__lastSerializedEntry = last_serialized
+        self.compactions_asked = 0
+
+    def forceLogCompaction(self) -> None:
+        self.compactions_asked += 1
+
+
+def test_a_leader_that_finds_its_snapshot_damaged_writes_a_new_one_once_its_writer_is_done(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    leader_snap, follower_snap = tmp_path / "a" / "raft.snapshot", tmp_path / "b" / "raft.snapshot"
+    leader_snap.write_bytes(encode_snapshot(dump_ending_at(8, state=os.urandom(10_000)))[:-5])
+    sender = SnapshotSerializer(str(leader_snap), 1000)
+    syncobj, turn = CompactingSyncObj(last_serialized=8), CompactionTurn(rank=1, members=3, turn_entries=10)
+    assert rewrite_if_damaged(syncobj, sender, turn) is False  # nothing found damaged yet
+    assert transfer(sender, SnapshotSerializer(str(follower_snap), 1000)) is False
+
+    sender._pid = os.getpid()  # a writer of its own still runs: the rewrite waits for it
+    assert rewrite_if_damaged(syncobj, sender, turn) is False and syncobj.compactions_asked == 0
+    sender._pid = 0
+    assert rewrite_if_damaged(syncobj, sender, turn) is True
+    # pysyncobj writes nothing at the index it last serialized: the repair makes it forget that index.
+    assert syncobj._SyncObj__lastSerializedEntry is None and syncobj.compactions_asked == 1
+    assert turn.may_start(0)  # outside this member's turn (index 0 is rank 0's)
+    assert rewrite_if_damaged(syncobj, sender, turn) is False  # once per damaged file
+    assert sender.getTransmissionData("follower") is None
+    assert rewrite_if_damaged(syncobj, sender, turn) is False
