@@ -9,6 +9,8 @@ no leader; 503 "unhealthy" when a group has a problem, named in its `problem`:
   whose apply keeps failing). A node catching up moves its applied index, so it is not flagged;
 - `disk_full`: its journal cannot write (full disk or a failed flush): it refuses writes with 503
   `disk_full` and still serves reads.
+Each group also names how this node's link to each peer is framed (`peerLinks`, raft/peer_links.py):
+what an operator checks during a rolling upgrade; it does not change the verdict.
 A load balancer that polls /health so sends nobody to a node that would answer from a stale state.
 """
 
@@ -86,7 +88,8 @@ def health_body(serving, watch: ApplyWatch) -> dict:
             log.exception("health: group %s has no status", tenant)
             status = {"role": "unknown", "leader": None}
         problem = group_problem(tenant, status, watch)
-        groups[tenant] = {**{name: status.get(name) for name in STATUS_FIELDS}, "problem": problem}
+        groups[tenant] = {**{name: status.get(name) for name in STATUS_FIELDS}, "problem": problem,
+                          "peerLinks": {peer: link["frame"] for peer, link in (status.get("peerLinks") or {}).items()}}
         every_group_led = every_group_led and bool(status.get("leader"))
         problems = problems or problem is not None
     verdict = "unhealthy" if problems else "healthy" if every_group_led else "settling"

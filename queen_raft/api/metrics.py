@@ -65,6 +65,12 @@ class ReplicatedStateCollector(Collector):
         quota = GaugeMetricFamily("queen_timers_quota", "The tenant's pending-timer quota (absent: none)", labels=["tenant"])
         flush = HistogramMetricFamily("queen_raft_journal_flush_seconds", "Journal fdatasync time on this node",
                                       labels=["tenant"])
+        links = GaugeMetricFamily("queen_raft_peer_links", "1 for each peer of the tenant's group, labelled with how "
+                                  "this node's link to it is framed: aead, fernet, plain or none (no link now)",
+                                  labels=["tenant", "peer", "frame"])
+        aead_frames = CounterMetricFamily("queen_raft_peer_aead_frames", "AEAD peer frames over this node's current "
+                                          "link to the peer, by direction; from 0 when the link reconnects",
+                                          labels=["tenant", "peer", "direction"])
         for tenant, group in self._groups_source().items():
             try:
                 counters, dlq_rows = group.peek_local(
@@ -86,7 +92,18 @@ class ReplicatedStateCollector(Collector):
                 quota.add_metric([tenant], self._quotas[tenant])
             if status.get("journalFlush"):
                 add_histogram(flush, tenant, status["journalFlush"])
-        return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush]
+            add_peer_links(links, aead_frames, tenant, status.get("peerLinks") or {})
+        return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush, links, aead_frames]
+
+
+def add_peer_links(links: GaugeMetricFamily, aead_frames: CounterMetricFamily, tenant: str,
+                   peer_links: Mapping[str, Mapping]) -> None:
+    """One series at 1 per peer, its frame kind as a label (raft/peer_links.py), so a peer is never
+    missing from the answer: a rolling upgrade is done when no series has a frame other than aead."""
+    for peer, link in peer_links.items():
+        links.add_metric([tenant, peer, link["frame"]], 1)
+        aead_frames.add_metric([tenant, peer, "sent"], link["aeadFramesSent"])
+        aead_frames.add_metric([tenant, peer, "received"], link["aeadFramesReceived"])
 
 
 def add_histogram(family: HistogramMetricFamily, tenant: str, snapshot: dict) -> None:

@@ -39,6 +39,7 @@ from queen_raft.api.openapi_schemas import (
     ref,
 )
 from queen_raft.api.requests import json_response
+from queen_raft.raft.peer_links import FRAME_KINDS as PEER_LINK_FRAMES
 
 
 UNAUTHORIZED = ("401", "missing or unknown bearer token")
@@ -151,7 +152,10 @@ def _paths() -> dict:
     group_status = obj({"role": NULL_STR, "leader": NULL_STR, "term": NULL_INT, "commitIndex": NULL_INT,
                         "appliedIndex": NULL_INT, "problem": {"enum": [None, *HEALTH_PROBLEMS], "description": (
                             "why the group is unhealthy on this node: state_not_loaded, not_applying (applied "
-                            "index stuck behind the commit index), disk_full (refuses writes, serves reads)")}})
+                            "index stuck behind the commit index), disk_full (refuses writes, serves reads)")},
+                        "peerLinks": {"type": "object", "additionalProperties": {"enum": list(PEER_LINK_FRAMES)},
+                                      "description": "Raft address of each peer: how this node's link to it is framed "
+                                                     "(aead, fernet, plain, or none while there is no link)"}})
     health = obj({"status": {"enum": ["healthy", "settling", "unhealthy"]}, "node": STR, "cluster": STR,
                   "groups": {"type": "object", "additionalProperties": group_status}}, ("status", "node", "groups"))
     return {

@@ -29,6 +29,7 @@ from queen_raft.raft.construction import GroupFiles, build_syncobj
 from queen_raft.raft.errors import EntryTooLarge, GroupUnavailable, unavailable_after_failure
 from queen_raft.raft.group_api import GroupStatus
 from queen_raft.raft.handoff import ResultHandoff
+from queen_raft.raft.peer_links import peer_links
 from queen_raft.raft.journal_factory import unregister_journal
 from queen_raft.raft.loopback import is_loopback_host, refuse_open_pickle_port
 from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, encode_batch, settle_future
@@ -155,6 +156,7 @@ class TenantGroup:
             "loadError": str(so.start_refusal) if getattr(so, "start_refusal", None) else None,
             "journalFlush": (lambda times: times.snapshot() if times else None)(
                 getattr(so._SyncObj__raftLog, "flush_times", None)),
+            "peerLinks": peer_links(self._transport, self.peer_addrs),
         }
 
     def _proposal_counters(self) -> dict:

@@ -29,6 +29,7 @@ class GroupStatus(TypedDict):
     diskFull: bool  # the journal cannot write: writes are refused with disk_full, reads go on
     loadError: str | None  # why the state could not be loaded (the node then refuses to start)
     journalFlush: dict | None  # fdatasync times (raft/flush_times.py); None for a journal that never flushes
+    peerLinks: dict  # Raft address of each peer -> its link's frame and AEAD frame counts (peer_links.py)
 
 
 class GroupApi(Protocol):

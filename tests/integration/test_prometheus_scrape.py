@@ -1,6 +1,6 @@
 """Debian's prometheus scraping the three-node cluster with deploy/prometheus/'s rules: after two
 scrapes, a PromQL histogram_quantile over the fire lag `_bucket` series answers a number for the
-tenant, and the recording rules evaluate."""
+tenant, the recording rules evaluate, and every peer link of every group reports the AEAD frame."""
 
 from __future__ import annotations
 
@@ -85,6 +85,17 @@ def test_prometheus_scrapes_the_cluster_and_answers_the_fire_lag_quantile(node_c
         p99 = float(result[0]["value"][1])
         assert 0 <= p99 < 60, p99
         assert poll(base, 'tenant:queen_timers_quota_used:ratio{tenant="acme"}', bool)
+        # Every link between nodes of this version carries the AEAD frame, seen from both of its
+        # ends: one series per peer of each tenant's group on each node (docs/operations.md, Upgrades).
+        links = poll(base, 'queen_raft_peer_links{job="queen-raft"}',
+                     lambda result: result and all(s["metric"]["frame"] == "aead" for s in result))
+        groups = query(base, 'queen_raft_term{job="queen-raft"}')  # one series per node and tenant
+        assert len(links) == len(groups) * (len(targets) - 1), (links, groups)
+        assert query(base, 'queen_raft_peer_links{job="queen-raft",frame!="aead"}') == []
+        # Heartbeats and their answers cross each link of a group's leader both ways (two followers
+        # have nothing to say to each other).
+        assert poll(base, 'min(rate(queen_raft_peer_aead_frames_total{job="queen-raft"}[30s]) and on (instance, tenant) '
+                          '(queen_raft_is_leader{job="queen-raft"} == 1)) > 0', bool)
     finally:
         process.terminate()
         try:

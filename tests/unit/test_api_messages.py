@@ -171,7 +171,8 @@ async def test_health_is_public_and_reports_every_group():
         status, _, body = await api.call("GET", "/health", token=None)
         assert status == 200 and body["status"] == "healthy" and body["node"] == "n1"
         assert set(body["groups"]) == {"acme", "globex"}
-        assert set(body["groups"]["acme"]) == {"role", "leader", "term", "commitIndex", "appliedIndex", "problem"}
+        assert set(body["groups"]["acme"]) == {"role", "leader", "term", "commitIndex", "appliedIndex", "problem",
+                                               "peerLinks"}
         assert body["groups"]["acme"]["problem"] is None
 
 
