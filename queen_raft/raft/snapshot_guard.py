@@ -18,9 +18,21 @@ load that does the same work but never drops a committed entry silently:
   The journal is cleared there as stock does: the leader sends every entry after the snapshot.
 
 _doDestroy also kills and reaps a snapshot writer still running, so a graceful stop leaves none
-behind. The tick that ends the start's load re-arms the election deadline (_rearm_election_deadline).
+behind.
+
+A restarted node must not depose a healthy leader it has not heard from yet. The tick that ends the
+start's load re-arms the election deadline (_rearm_election_deadline), and then, until a leader is
+heard, each tick holds the node's candidacy while some other member is not connected yet, for at most
+connectionTimeout + connectionRetryTime (_hold_candidacy_while_rejoining). Chosen over a pre-vote
+phase (Raft thesis 9.6): the hold changes nothing on the wire, so a group of mixed versions needs no
+negotiation (an older node ignores a message type it does not know, so a pre-vote left unanswered
+would look like a refusal and could stop a group with older members from electing), and a failover
+costs no extra round. What it does not cover, a pre-vote would: a member that can reach a follower but
+not the leader for longer than the bound still calls an election, as stock pysyncobj does.
+
 Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and _doDestroy
-(wrapped) of pysyncobj 0.3.17, and sets __raftElectionDeadline through __generateRaftTimeout;
+(wrapped) of pysyncobj 0.3.17; sets __raftElectionDeadline through __generateRaftTimeout and reads
+__raftLeader, __otherNodes, __connectedNodes and the conf's connection timeout and retry time;
 tests/unit/test_raft_recipe.py pins the source.
 """
 
@@ -53,6 +65,7 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         self.start_refusal: DataDirRefused | None = None
         self.snapshot_installs_failed = 0
         self._replay_started: tuple[float, int] | None = None  # (monotonic, applied index) after the load
+        self._rejoin_hold_ends: float | None = None  # monotonic; None: no candidacy held
         super().__init__(*args, **kwargs)
 
     # -- the load ------------------------------------------------------------------------------------
@@ -122,6 +135,8 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
             time.sleep(timeToWait)  # refused: never poll, vote, lead or apply again
             return
         if self._start_load_done.is_set():
+            if self._rejoin_hold_ends is not None:
+                self._hold_candidacy_while_rejoining()
             super()._onTick(timeToWait)
             return
         # Until the start's load is done: that tick loads the snapshot (if any), then applies every
@@ -131,6 +146,8 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         if not self._SyncObj__needLoadDumpFile:
             self._log_replay()
             self._rearm_election_deadline()
+            conf = self._SyncObj__conf
+            self._rejoin_hold_ends = monotonic_time() + conf.connectionTimeout + conf.connectionRetryTime
             self._start_load_done.set()
 
     def _rearm_election_deadline(self) -> None:
@@ -142,6 +159,31 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         leader it still stands within one election timeout. The load tick's own election check
         cannot fire before this: it runs ahead of the node's first poll, so no peer is connected."""
         self._SyncObj__raftElectionDeadline = monotonic_time() + self._SyncObj__generateRaftTimeout()
+
+    def _hold_candidacy_while_rejoining(self) -> None:
+        """Before the election check of each tick after the start: until this node has heard a
+        leader, keep its election deadline one election timeout ahead while some other member is
+        not connected yet, for at most connectionTimeout + connectionRetryTime after the load.
+
+        Connected to one follower but not yet to the leader, a node past its deadline calls an
+        election at term+1 that the follower grants (pysyncobj has no pre-vote): a healthy leader
+        deposed because its redial had not got through yet. A healthy leader reaches a listening
+        member within that bound: its pending dial is accepted at once, or given up at the
+        connection timeout, and redialled within the retry time. Connected to every member, the
+        node runs one ordinary election timeout from that moment: a leader among them sends a
+        heartbeat within it, so a group restarted whole elects without waiting. A node that reaches
+        no leader within the bound (the leader is gone, or unreachable from here) stands one election
+        timeout after it, as stock does."""
+        now = monotonic_time()
+        if self._SyncObj__raftLeader is not None:
+            self._rejoin_hold_ends = None
+            return
+        if now >= self._rejoin_hold_ends:
+            self._rejoin_hold_ends = None
+            log.info("no leader heard since the start's load: this node may stand for election")
+            return
+        if not self._SyncObj__otherNodes <= self._SyncObj__connectedNodes:
+            self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
 
     def _log_replay(self) -> None:
         started, snapshot_index = self._replay_started

@@ -516,6 +516,68 @@ def test_the_start_re_arms_the_election_deadline_from_the_end_of_its_load():
     assert before + 0.2 <= node._SyncObj__raftElectionDeadline <= after + 0.6
 
 
+def test_syncobj_members_the_rejoin_hold_reads():
+    # SnapshotGuardedSyncObj._hold_candidacy_while_rejoining: a leader heard sets __raftLeader to
+    # the sender; __otherNodes and __connectedNodes are sets of the transport's Node objects (the
+    # transport is given __otherNodes itself and reports connections through __onNodeConnected);
+    # the election check reads the deadline our _onTick wrapper moves before calling it.
+    init = source(SyncObj.__init__)
+    assert "self.__otherNodes = set() # set of Node" in init and "self.__connectedNodes = set() # set of Node" in init
+    assert "self.__transport = transportClass(self, self.__selfNode, self.__otherNodes)" in init
+    assert "self.__transport.setOnNodeConnectedCallback(self.__onNodeConnected)" in init
+    assert "self.__connectedNodes.add(node)" in source(SyncObj._SyncObj__onNodeConnected)
+    assert "self.__raftLeader = None" in init
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    appended = handler.index("if message['type'] == 'append_entries' and message['term'] >= self.__raftCurrentTerm:")
+    assert handler.index("self.__raftLeader = node", appended) > appended
+    assert "self.__raftLeader = self.__selfNode" in source(SyncObj._SyncObj__onBecomeLeader)
+    conf = pysyncobj.SyncObjConf()
+    assert isinstance(conf.connectionTimeout, float) and isinstance(conf.connectionRetryTime, float)
+    # A pending dial is given up at connectionTimeout (the connection's timeout) and redialled
+    # after connectionRetryTime: the two parts of the hold's bound.
+    assert "timeout = self._syncObj.conf.connectionTimeout" in source(TCPTransport.addNode)
+    assert "self._syncObj.conf.connectionRetryTime" in source(TCPTransport._connectIfNecessarySingle)
+
+
+class _HoldConf:
+    raftMinTimeout, raftMaxTimeout = 0.2, 0.6
+    connectionTimeout, connectionRetryTime = 3.5, 0.5
+
+
+def _holding_node(connected: set, others: set, hold_s: float = 4.0):
+    from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+
+    node = object.__new__(SnapshotGuardedSyncObj)
+    node._SyncObj__conf = _HoldConf()
+    node._SyncObj__raftElectionDeadline = 0.0
+    node._SyncObj__raftLeader = None
+    node._SyncObj__otherNodes = others
+    node._SyncObj__connectedNodes = connected
+    node._rejoin_hold_ends = pysyncobj.monotonic.monotonic() + hold_s
+    return node
+
+
+def test_the_rejoin_hold_keeps_the_deadline_ahead_until_every_member_is_connected():
+    node = _holding_node(connected={"f"}, others={"f", "leader"})
+    before = pysyncobj.monotonic.monotonic()
+    node._hold_candidacy_while_rejoining()
+    assert node._SyncObj__raftElectionDeadline >= before + 0.2  # one follower reached: held
+    node._SyncObj__raftElectionDeadline = 0.0
+    node._SyncObj__connectedNodes = {"f", "leader"}
+    node._hold_candidacy_while_rejoining()
+    assert node._SyncObj__raftElectionDeadline == 0.0  # every member reached: the deadline runs
+    assert node._rejoin_hold_ends is not None
+
+
+def test_the_rejoin_hold_ends_at_a_leader_heard_or_at_its_bound():
+    node = _holding_node(connected={"f"}, others={"f", "leader"})
+    node._SyncObj__raftLeader = "leader"
+    node._hold_candidacy_while_rejoining()
+    assert node._rejoin_hold_ends is None and node._SyncObj__raftElectionDeadline == 0.0
+    alone = _holding_node(connected={"f"}, others={"f", "leader"}, hold_s=-0.001)
+    alone._hold_candidacy_while_rejoining()
+    assert alone._rejoin_hold_ends is None and alone._SyncObj__raftElectionDeadline == 0.0
+
 def test_tcp_server_members_the_resilient_listener_reads_exist():
     server = pysyncobj.tcp_server.TcpServer(createPoller("auto"), "127.0.0.1", 0, onNewConnection=print)
     for name in ("__socket", "__poller", "__fileno", "__state", "__sendBufferSize", "__recvBufferSize",
