@@ -11,10 +11,13 @@ const LINK_STYLES = {
 };
 
 function peerLinkBadges(group) {
+  // A node of a version before peerLinks reports none: unknown, not "no link".
+  if (!group.peerLinks) return h("span", { class: "muted", title: "this node's version does not report its peer links" }, "not reported");
   const names = group.peerLinkNodes || {};
-  const links = Object.entries(group.peerLinks || {}).map(([addr, frame]) => ({ addr, frame, peer: names[addr] || addr }))
-    .sort((a, b) => a.peer.localeCompare(b.peer));
-  if (!links.length) return "—";
+  // Peers by node id, then any address of no configured node.
+  const links = Object.entries(group.peerLinks).map(([addr, frame]) => ({ addr, frame, peer: names[addr] || addr, known: !!names[addr] }))
+    .sort((a, b) => (a.known === b.known ? a.peer.localeCompare(b.peer) : a.known ? -1 : 1));
+  if (!links.length) return "—"; // a group of one node
   return links.map(({ addr, frame, peer }) => {
     const [label, kind, meaning] = LINK_STYLES[frame] || [frame, "warn", "an unknown frame"];
     return h("span", { class: `badge ${kind}`, "data-peer": peer, "data-frame": frame, title: `${addr}: ${meaning}` }, `${peer} ${label}`);

@@ -68,16 +68,17 @@ def test_no_line_below_the_table_once_every_link_is_on_aead(monkeypatch, config)
     assert {row[-4] for row in rows(lines)} == {"n2:aead,n3:aead", "n1:aead,n3:aead", "n1:aead,n2:aead"}
 
 
-def test_an_unknown_address_is_shown_as_itself_and_no_links_as_a_dash(monkeypatch, config):
+def test_an_unknown_address_is_shown_as_itself_and_unreported_links_as_such(monkeypatch, config):
     older = group(config, "n1", "follower", {})
     del older["peerLinks"]  # a node of a version that does not report its links
     serve_health(monkeypatch, config, {
         "n1": {"status": "healthy", "groups": {"acme": group(config, "n1", "leader", {"10.0.0.9:7400": "aead", "n2": "plain"})}},
         "n2": {"status": "healthy", "groups": {"acme": older}},
-        "n3": None,
+        "n3": {"status": "healthy", "groups": {"acme": group(config, "n1", "follower", {})}},  # a group of one
     })
     lines = cluster_status_lines(config)
-    n1, n2, _ = rows(lines)
+    n1, n2, n3 = rows(lines)
     assert n1[-4] == "n2:plain,10.0.0.9:7400:aead"
-    assert n2[-4] == "-"
+    assert n2[-4] == "unreported"
+    assert n3[-4] == "-"
     assert lines[-1] == "peer links not on aead: n1->n2 plain (acme)"
