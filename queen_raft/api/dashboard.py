@@ -26,7 +26,7 @@ SECURITY_HEADERS = {
 
 
 # The page's files in the package's dashboard folder (package data in pyproject.toml).
-PAGE_FILES = ("index.html", "app.js", "style.css")
+PAGE_FILES = ("index.html", "app.js", "peer-links.js", "style.css")
 
 
 def load_assets() -> dict[str, tuple[bytes, str]]:

@@ -2,8 +2,9 @@
 
 - `nodes`: every node of the cluster with its /health answer (this node's own, the others' asked
   over HTTP with a short timeout: an unreachable node is listed with `reachable: false`), and per
-  group the node that leads it (`leaderNode`) and `lag`: the leader's commit index minus this
-  node's applied index (null while no reachable node leads the group).
+  group the node that leads it (`leaderNode`), `lag`: the leader's commit index minus this
+  node's applied index (null while no reachable node leads the group), and `peerLinkNodes`: the
+  node id of each Raft address in its `peerLinks` (null for an address of no configured node).
 - `queues`: per queue, pending timers, the next due instant, messages not yet consumed by the
   slowest consumer group (`unsettledMessages`) and dead letters (state/summary.py).
 - `counters`: the tenant's replicated counters (fires by result: a client derives fires/s from two
@@ -29,6 +30,7 @@ from queen_raft.api.requests import json_response
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.clock import wall_ms
 from queen_raft.config import ClusterConfig
+from queen_raft.raft.peer_links import FRAME_KINDS as PEER_LINK_FRAMES
 from queen_raft.state.summary import queue_summaries
 from queen_raft.tls_trust import client_ssl_context
 
@@ -71,7 +73,8 @@ async def node_views(serving: ServingNode, own_health: dict) -> list[dict]:
 
 
 def add_leaders_and_lag(config: ClusterConfig, views: list[dict]) -> None:
-    """Per group: `leaderNode` (the node id of its leader's Raft address) and `lag` on each node."""
+    """Per group on each node: `leaderNode` (the node id of its leader's Raft address), `lag`, and
+    `peerLinkNodes` (the node id of each peer link's Raft address)."""
     for tenant in config.tenants:
         by_addr = {node.raft_addr(tenant.index): node.id for node in config.nodes}
         leading = [v["groups"][tenant.name] for v in views
@@ -82,6 +85,7 @@ def add_leaders_and_lag(config: ClusterConfig, views: list[dict]) -> None:
             if group is None:
                 continue
             group["leaderNode"] = by_addr.get(group.get("leader"))
+            group["peerLinkNodes"] = {addr: by_addr.get(addr) for addr in group.get("peerLinks") or {}}
             applied = group.get("appliedIndex")
             leader_commit = None if leader is None else leader.get("commitIndex")
             group["lag"] = (max(0, leader_commit - applied)
@@ -116,7 +120,11 @@ _NULL_STR = {"type": ["string", "null"]}
 _GROUP_VIEW = {"type": "object", "properties": {
     "role": _NULL_STR, "leader": _NULL_STR, "leaderNode": _NULL_STR, "term": _NULL_INT, "commitIndex": _NULL_INT,
     "appliedIndex": _NULL_INT, "problem": _NULL_STR,
-    "lag": {"type": ["integer", "null"], "description": "the leader's commit index minus this node's applied index"}}}
+    "lag": {"type": ["integer", "null"], "description": "the leader's commit index minus this node's applied index"},
+    "peerLinks": {"type": "object", "additionalProperties": {"enum": list(PEER_LINK_FRAMES)},
+                  "description": "as in GET /health: each peer's Raft address and its link's frame"},
+    "peerLinkNodes": {"type": "object", "additionalProperties": _NULL_STR,
+                      "description": "the node id of each Raft address in peerLinks (null: no configured node)"}}}
 ANSWER_SCHEMA = {"type": "object", "required": [
     "node", "tenant", "level", "may", "nowMs", "queues", "counters", "schedulingPaused", "fireLag", "firedByQueue",
     "nodes"],

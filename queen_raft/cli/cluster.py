@@ -39,7 +39,7 @@ def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
     up = cluster_sub.add_parser("up", help="start every node, wait for leaders, stop all on Ctrl-C")
     up.add_argument("--config", type=Path, required=True)
     up.set_defaults(handler=cmd_cluster_up)
-    status = cluster_sub.add_parser("status", help="each group's leader, term, commit and applied index")
+    status = cluster_sub.add_parser("status", help="each group's leader, peer links, term, commit and applied index")
     status.add_argument("--config", type=Path, required=True)
     status.set_defaults(handler=cmd_cluster_status)
     add_node_control_commands(cluster_sub)

@@ -1,4 +1,5 @@
-"""What the nodes of a cluster say about themselves: GET /health of each, and `cluster status`'s table."""
+"""What the nodes of a cluster say about themselves: GET /health of each, and `cluster status`'s table
+(its peer links: peer_link_text.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from queen_raft.cli.node_pids import running_pid
+from queen_raft.cli.peer_link_text import links_cell, links_summary, named_links, not_on_aead
 from queen_raft.client.tls import CACERT_ENV, client_ssl_context
 from queen_raft.config import ClusterConfig, ConfigError
 
@@ -55,11 +57,15 @@ def fetch_health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[int, di
 
 
 def cluster_status_lines(config: ClusterConfig, config_path: Path | None = None) -> list[str]:
-    """One row per node and tenant. `pid` is the node's process on this machine, by its pid file
-    (`-` when it has none here: not started by queen-raft cluster, or on another machine)."""
-    lines = [f"{'node':<6} {'pid':>8} {'tenant':<16} {'role':<10} {'leader':<28} {'term':>6} {'commit':>8} {'applied':>8}"]
-    # /health names a leader by its Raft address; say which node that is.
+    """One row per node and tenant, then the peer links not on aead (peer_link_text.py). `pid` is
+    the node's process on this machine, by its pid file (`-` when it has none here: not started by
+    queen-raft cluster, or on another machine)."""
+    lines = [f"{'node':<6} {'pid':>8} {'tenant':<16} {'role':<10} {'leader':<28} {'links':<20} {'term':>6} "
+             f"{'commit':>8} {'applied':>8}"]
+    # /health names a leader and each peer link by its Raft address; say which node that is.
     node_by_raft_addr = {n.raft_addr(t.index): n.id for n in config.nodes for t in config.tenants}
+    node_order = [n.id for n in config.nodes]
+    off_aead: list[str] = []
     for node in config.nodes:
         pid = running_pid(config, config_path, node.id) if config_path is not None else None
         pid_text = str(pid) if pid is not None else "-"
@@ -71,8 +77,11 @@ def cluster_status_lines(config: ClusterConfig, config_path: Path | None = None)
         for tenant, group in body.get("groups", {}).items():
             leader = group.get("leader")
             leader_text = f"{node_by_raft_addr.get(leader, '?')} ({leader})" if leader else "-"
+            links = named_links(group.get("peerLinks"), node_by_raft_addr, node_order)
+            off_aead += not_on_aead(node.id, tenant, links)
             lines.append(
                 f"{node.id:<6} {pid_text:>8} {tenant:<16} {str(group.get('role')):<10} {leader_text:<28} "
-                f"{group.get('term')!s:>6} {group.get('commitIndex')!s:>8} {group.get('appliedIndex')!s:>8}"
+                f"{links_cell(links):<20} {group.get('term')!s:>6} {group.get('commitIndex')!s:>8} "
+                f"{group.get('appliedIndex')!s:>8}"
             )
-    return lines
+    return lines + links_summary(off_aead)

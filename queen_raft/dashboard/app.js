@@ -197,18 +197,19 @@ function renderCluster(overview) {
     const leader = overview.nodes.map((n) => n.groups[tenant]).find((g) => g && g.role === "leader");
     return h("section", { class: "panel", "data-tenant": tenant },
       h("h2", {}, `Group ${tenant} · leader `, h("span", { class: "leader", id: `leader-${tenant}` },
-        leader ? leader.leaderNode || leader.leader : "none")),
+        leader ? leader.leaderNode || leader.leader : "none"), linksSummary(overview, tenant)),
       h("table", {},
-        h("thead", {}, h("tr", {}, ["node", "role", "leader", "term", "commit index", "applied index", "lag", "problem"]
+        h("thead", {}, h("tr", {}, ["node", "role", "leader", "term", "commit index", "applied index", "lag", "peer links", "problem"]
           .map((name, i) => h("th", { class: i >= 3 && i <= 6 ? "num" : "" }, name)))),
         h("tbody", {}, overview.nodes.map((node) => {
           const g = node.groups[tenant];
-          if (!g) return h("tr", {}, h("td", {}, node.node), h("td", { colspan: 7, class: "muted" }, node.error || "no answer"));
+          if (!g) return h("tr", {}, h("td", {}, node.node), h("td", { colspan: 8, class: "muted" }, node.error || "no answer"));
           return h("tr", { "data-node": node.node },
             h("td", {}, node.node), h("td", {}, g.role === "leader" ? badge("leader", "good") : g.role || "—"),
             h("td", {}, g.leaderNode || g.leader || "—"), h("td", { class: "num" }, fmtInt(g.term)),
             h("td", { class: "num" }, fmtInt(g.commitIndex)), h("td", { class: "num" }, fmtInt(g.appliedIndex)),
-            h("td", { class: "num" }, fmtInt(g.lag)), h("td", {}, g.problem ? badge(g.problem, "bad") : "—"));
+            h("td", { class: "num" }, fmtInt(g.lag)), h("td", { class: "links" }, peerLinkBadges(g)),
+            h("td", {}, g.problem ? badge(g.problem, "bad") : "—"));
         }))));
   });
   return [nodeCards, ...groups];

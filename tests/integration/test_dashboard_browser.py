@@ -2,7 +2,7 @@
 a three-node cluster: the leader shown, a scheduled timer listed and gone once it fired, the prefix
 search, cancel with its confirmation, the DLQ and its replay, a read-only token without the
 buttons it would be refused, the server's message for a bad token, the new leader after a kill,
-and no error in the page's console. Screenshots of each view go to tests/artifacts/dashboard/
+each node's peer links by node id (a link down after the kill), and no error in the page's console. Screenshots of each view go to tests/artifacts/dashboard/
 (git-ignored), to look at."""
 
 from __future__ import annotations
@@ -59,6 +59,13 @@ LEADER_HINT_JS = """(() => {
   return view && view.groups.acme && view.groups.acme.role === 'leader' && document.getElementById('lag-chart')
     ? 'this node leads' : null;
 })()"""
+
+
+# Per node row of a group: its peer links as "peer frame badge-style" (the style is what stands out).
+def links_js(tenant: str) -> str:
+    return f"""JSON.stringify(Object.fromEntries([...document.querySelectorAll(
+  'section[data-tenant={json.dumps(tenant)}] tr[data-node]')].map((tr) => [tr.dataset.node,
+  [...tr.querySelectorAll('td.links .badge')].map((b) => `${{b.dataset.peer}} ${{b.dataset.frame}} ${{b.className}}`)])))"""
 
 
 def rows_js(selector: str) -> str:
@@ -196,10 +203,32 @@ async def test_the_cluster_view_names_the_new_leader_after_a_kill(node_cluster):
                 timeout_s=20)
             assert new in cluster.node_ids
             await browser.wait_for(f"document.querySelector('.card[data-node={json.dumps(old)}]')?.textContent.includes('unreachable')")
+            # The survivors' links to the killed node show as down, and the group's summary warns.
+            down = (f"document.querySelector('section[data-tenant=\"acme\"] tr[data-node={json.dumps(watcher)}] "
+                    f"td.links .badge[data-peer={json.dumps(old)}]')")
+            assert await browser.wait_for(f"{down}?.dataset.frame === 'none' && {down}.className === 'badge bad' "
+                                          f"&& {down}.textContent === {json.dumps(old + ' down')}")
+            summary = "document.querySelector('#links-acme .badge')"
+            assert await browser.wait_for(f"{summary}.textContent.endsWith('not on aead') && {summary}.className === 'badge bad'")
             await browser.screenshot(ARTIFACTS / "cluster-after-kill.png")
         finally:
             cluster.start_node(old)
             await asyncio.to_thread(cluster.wait_ready)
+        assert browser.errors == []
+
+
+async def test_the_cluster_view_shows_each_nodes_peer_links_by_node_id(node_cluster):
+    cluster = node_cluster
+    expected = {n: [f"{peer} aead badge good" for peer in cluster.node_ids if peer != n] for n in cluster.node_ids}
+    async with Browser() as browser:
+        await browser.open(page_url(cluster, "n1", token=token("acme", "read-only"), view="cluster"))
+        # A link is `none` until its handshake is done: poll until every link of every node is on aead.
+        await browser.wait_for(f"{links_js('acme')} === {json.dumps(json.dumps(expected, separators=(',', ':')))}")
+        texts = await browser.evaluate(
+            "[...document.querySelectorAll('section[data-tenant=\"acme\"] td.links .badge')].map((b) => b.textContent)")
+        assert sorted(texts) == sorted(f"{peer} aead" for n in cluster.node_ids for peer in cluster.node_ids if peer != n)
+        assert await browser.evaluate("document.getElementById('links-acme').textContent") == " · peer links all 6 on aead"
+        await browser.screenshot(ARTIFACTS / "cluster-links.png")
         assert browser.errors == []
 
 

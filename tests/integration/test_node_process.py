@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ from cluster_fixture import REPO, TENANTS, node_cluster  # noqa: F401  (node_clu
 pytestmark = pytest.mark.integration
 
 CLI_TIMEOUT_S = 30
+LINKS_TIMEOUT_S = 15
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -19,11 +21,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=CLI_TIMEOUT_S)
 
 
+def status_rows(stdout: str) -> list[list[str]]:
+    """The table's rows, without its header and the peer-links line below it."""
+    return [line.split() for line in stdout.splitlines()[1:] if not line.startswith("peer links not on aead:")]
+
+
 def test_cluster_status_shows_every_group_on_every_node(node_cluster):
     result = run_cli("cluster", "status", "--config", str(node_cluster.config_path))
     assert result.returncode == 0, result.stderr
-    # node, pid ("-": the fixture's nodes have no pid file), tenant, role, leader, ..., commit, applied
-    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    # node, pid ("-": the fixture's nodes have no pid file), tenant, role, leader, ..., links, term, commit, applied
+    rows = status_rows(result.stdout)
     assert {(row[0], row[1], row[2]) for row in rows} == {(n, "-", t) for n in node_cluster.node_ids for t in TENANTS}
     for tenant in TENANTS:
         roles = sorted(row[3] for row in rows if row[2] == tenant)
@@ -31,6 +38,23 @@ def test_cluster_status_shows_every_group_on_every_node(node_cluster):
         leader_node = next(row[0] for row in rows if row[2] == tenant and row[3] == "leader")
         assert {row[4] for row in rows if row[2] == tenant} == {leader_node}  # every node names the same leader
         assert all(int(row[-1]) >= 1 and int(row[-2]) >= 1 for row in rows)
+    for row in rows:  # each node's links name its two peers by node id
+        assert [link.split(":")[0] for link in row[-4].split(",")] == [n for n in node_cluster.node_ids if n != row[0]]
+
+
+def test_cluster_status_shows_every_peer_link_on_aead(node_cluster):
+    # A link reads `down` until its handshake is done: poll until no line names a link off aead.
+    deadline = time.monotonic() + LINKS_TIMEOUT_S
+    while True:
+        result = run_cli("cluster", "status", "--config", str(node_cluster.config_path))
+        if "peer links not on aead:" not in result.stdout:
+            break
+        assert time.monotonic() < deadline, result.stdout
+        time.sleep(0.2)
+    rows = status_rows(result.stdout)
+    assert len(rows) == len(node_cluster.node_ids) * len(TENANTS)
+    for row in rows:
+        assert row[-4] == ",".join(f"{n}:aead" for n in node_cluster.node_ids if n != row[0]), result.stdout
 
 
 def test_each_node_logs_its_leadership_changes(node_cluster):

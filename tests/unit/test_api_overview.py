@@ -91,12 +91,29 @@ def test_lag_is_the_leaders_commit_index_minus_each_nodes_applied_index():
     assert [v["groups"]["acme"]["lag"] for v in views] == [None, None]
 
 
+def test_each_peer_links_raft_address_is_named_by_its_node_id():
+    config = cluster_config()
+    config = dataclasses.replace(config, nodes=(
+        *config.nodes, NodeConfig(id="n2", host="127.0.0.1", http_port=6633, raft_port=7500)))
+    n1_acme, n2_acme = (node.raft_addr(config.tenant("acme").index) for node in config.nodes)
+    views = [
+        {"node": "n1", "groups": {"acme": {"role": "leader", "leader": n1_acme,
+                                           "peerLinks": {n2_acme: "aead", "10.9.9.9:7000": "none"}}}},
+        # a node of an older version reports no peerLinks
+        {"node": "n2", "groups": {"acme": {"role": "follower", "leader": n1_acme}}},
+    ]
+    add_leaders_and_lag(config, views)
+    assert views[0]["groups"]["acme"]["peerLinkNodes"] == {n2_acme: "n2", "10.9.9.9:7000": None}
+    assert views[1]["groups"]["acme"]["peerLinkNodes"] == {}
+
+
 async def test_the_page_and_its_files_are_served_with_a_policy_that_keeps_them_on_this_node():
     async with ApiHarness() as api:
         status, headers, body = await api.call("GET", "/dashboard", token=None)
         assert status == 200 and headers["Content-Type"].startswith("text/html") and "/dashboard/app.js" in body
         assert "default-src 'none'" in headers["Content-Security-Policy"]
-        for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+        assert "/dashboard/peer-links.js" in body
+        for name, kind in (("app.js", "text/javascript"), ("peer-links.js", "text/javascript"), ("style.css", "text/css")):
             status, headers, _ = await api.call("GET", f"/dashboard/{name}", token=None)
             assert status == 200 and headers["Content-Type"].startswith(kind)
         status, _, body = await api.call("GET", "/dashboard/missing.js", token=None)
@@ -105,7 +122,7 @@ async def test_the_page_and_its_files_are_served_with_a_policy_that_keeps_them_o
 
 def test_the_shipped_files_name_no_other_host():
     assets = load_assets()
-    assert {"index.html", "app.js", "style.css"} <= set(assets)
+    assert {"index.html", "app.js", "peer-links.js", "style.css"} <= set(assets)
     for name, (content, _) in assets.items():
         text = content.decode("utf-8").replace("http://www.w3.org/2000/svg", "")  # a namespace name, never fetched
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text), f"{name} names another host"
