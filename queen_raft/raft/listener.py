@@ -15,6 +15,13 @@ RLIMIT_NOFILE) left the node deaf to its peers for good. ResilientTcpServer inst
 - any other error, or an ERROR event on the listening socket: unbound, as stock; the transport then
   binds again (GroupTransport._keep_listening), where stock stayed unbound.
 
+A port that cannot be bound (another process listens on it, or an outgoing connection of this
+machine holds it as its local port: a port inside the kernel's ephemeral range,
+net.ipv4.ip_local_port_range, can be handed to any connection while the node is down) is retried
+every bindRetryTime, as stock does, and the node serves only once every group's port is bound.
+Stock says nothing meanwhile; this logs the error at the first failure and every
+BIND_FAILURE_LOG_S after it, and once more when the port is bound.
+
 It overrides the private, name-mangled accept callback of pysyncobj 0.3.17's TcpServer (bind()
 subscribes `self.__onNewConnection`, found on the subclass under its mangled name);
 tests/unit/test_raft_recipe.py fails if the members it reads change.
@@ -23,6 +30,7 @@ tests/unit/test_raft_recipe.py fails if the members it reads change.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 
@@ -31,6 +39,11 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_server import SERVER_STATE, TcpServer
 
+log = logging.getLogger(__name__)
+
+# Often enough that an operator watching a node that does not serve sees why, seldom enough that a
+# port held for hours does not flood the log (the retries run every bindRetryTime, 1 s).
+BIND_FAILURE_LOG_S = 10.0
 # Long enough that a flood cannot keep the tick thread busy refusing, short enough that a peer
 # whose connection waits in the backlog is accepted within its connection timeout.
 ACCEPT_BACKOFF_S = 0.1
@@ -58,6 +71,9 @@ class ResilientTcpServer(TcpServer):
         self.closed_by_error = False
         self.accepts_out_of_descriptors = 0
         self.accepted_connections_dropped = 0
+        self.bind_failures = 0
+        self._bind_failing_since: float | None = None
+        self._bind_failure_logged_at = 0.0
 
     @property
     def bound(self) -> bool:
@@ -68,11 +84,34 @@ class ResilientTcpServer(TcpServer):
         return self._paused_until is not None
 
     def bind(self) -> None:
-        super().bind()
+        try:
+            super().bind()
+        except OSError as exc:
+            self._report_bind_failure(exc)
+            raise
+        if self._bind_failing_since is not None:
+            log.warning("bound the Raft port %s after %.1f s of failed attempts", self._address(),
+                        monotonic_time() - self._bind_failing_since)
+            self._bind_failing_since = None
         self.closed_by_error = False
         self._paused_until = None
         if self._spare_fd is None:
             self._spare_fd = _open_spare()
+
+    def _address(self) -> str:
+        return f"{self._TcpServer__host}:{self._TcpServer__port}"
+
+    def _report_bind_failure(self, exc: OSError) -> None:
+        self.bind_failures += 1
+        now = monotonic_time()
+        if self._bind_failing_since is None:
+            self._bind_failing_since = now
+        elif now - self._bind_failure_logged_at < BIND_FAILURE_LOG_S:
+            return
+        self._bind_failure_logged_at = now
+        log.error("cannot bind the Raft port %s (%s), %d attempts in %.0f s; retrying: this node serves "
+                  "once every group's port is bound", self._address(), exc.strerror or exc,
+                  self.bind_failures, now - self._bind_failing_since)
 
     def unbind(self) -> None:
         super().unbind()

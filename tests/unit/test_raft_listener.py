@@ -15,6 +15,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE, createPoller
 from pysyncobj.tcp_server import SERVER_STATE, TcpServer
 
+from queen_raft.raft import listener as listener_module
 from queen_raft.raft.listener import ACCEPT_BACKOFF_S, ResilientTcpServer
 from queen_raft.raft.transport import GroupTransport, RefusalLog
 
@@ -138,3 +139,34 @@ def test_out_of_descriptor_accepts_are_counted_in_the_refusal_log(listening, cap
     assert "1 accepts failed for lack of file descriptors" in caplog.text
     for client in clients:
         client.close()
+
+
+def test_a_port_that_cannot_be_bound_is_logged_first_then_every_interval_and_when_bound(caplog):
+    """Stock retried a taken port every second without a word: a node that did not serve for as
+    long as an outgoing connection held its Raft port said nothing of why."""
+    poller = createPoller("auto")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    server = ResilientTcpServer(poller, "127.0.0.1", port, onNewConnection=lambda conn: None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="queen_raft.raft.listener"):
+            for _ in range(3):
+                with pytest.raises(OSError):
+                    server.bind()
+            failures = [r.getMessage() for r in caplog.records if "cannot bind" in r.getMessage()]
+            assert len(failures) == 1 and f"127.0.0.1:{port}" in failures[0]
+            assert "Address already in use" in failures[0] and server.bind_failures == 3
+            server._bind_failure_logged_at -= listener_module.BIND_FAILURE_LOG_S  # the interval passed
+            with pytest.raises(OSError):
+                server.bind()
+            failures = [r.getMessage() for r in caplog.records if "cannot bind" in r.getMessage()]
+            assert len(failures) == 2 and "4 attempts" in failures[1]
+            holder.close()
+            server.bind()
+            assert server.bound
+            assert any(f"bound the Raft port 127.0.0.1:{port} after" in r.getMessage() for r in caplog.records)
+    finally:
+        holder.close()
+        server.unbind()
