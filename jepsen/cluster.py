@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -23,6 +24,9 @@ from pathlib import Path
 from jepsen.network import LinkNetwork
 
 HOST = "127.0.0.1"
+# Where the harness picks its nodes' and proxies' ports: below Linux's ephemeral range (32768-60999
+# by default; see free_ports), and apart from the 17xxx blocks fixed test configs use.
+PORT_RANGE = (20_000, 32_000)
 # Two tenants, so two Raft groups on the same node processes, as users run them: the timer
 # workloads in the first, the message workloads (queue, dedup, txn) in the second. A fault hits
 # both groups at once. "The leader" of a fault is the first tenant's leader.
@@ -54,15 +58,26 @@ CLOCK_REQUEST_TIMEOUT_S = 2.0
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel says are free now; held open together so no two are the same."""
+def free_ports(count: int, attempts: int = 500) -> list[int]:
+    """Free ports below the kernel's ephemeral range, held open together so no two are the same.
+
+    Not bind(0): the kernel answers from its ephemeral range (net.ipv4.ip_local_port_range), and a
+    port from there can be handed to any outgoing connection (a proxy's, a client's, another
+    node's) while the node that owns it is down, so the node cannot bind it again when it restarts
+    until that connection closes: the run would judge the node, not the harness's port."""
     sockets = []
     try:
-        for _ in range(count):
+        for _ in range(attempts):
+            if len(sockets) == count:
+                return [sock.getsockname()[1] for sock in sockets]
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
+            try:
+                sock.bind((HOST, random.randrange(*PORT_RANGE)))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+        raise RuntimeError(f"no {count} free ports found in {PORT_RANGE} in {attempts} attempts")
     finally:
         for sock in sockets:
             sock.close()
@@ -71,7 +86,7 @@ def free_ports(count: int) -> list[int]:
 def free_port_block(size: int, attempts: int = 50, taken: frozenset[int] = frozenset()) -> int:
     """A base port with `size` consecutive free ports (tenant i's Raft port is raft_port + i), none
     of them in `taken`: ports picked earlier for this cluster are closed again until the nodes bind
-    them, so the kernel may hand one out a second time."""
+    them, so a later pick may choose one again."""
     for _ in range(attempts):
         base = free_ports(1)[0]
         if base + size >= 65535 or taken.intersection(range(base, base + size)):

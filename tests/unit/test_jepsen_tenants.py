@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from jepsen.cluster import ORDERS_TENANT, TENANT, TENANT_TOKENS, Cluster
+from jepsen.cluster import ORDERS_TENANT, PORT_RANGE, TENANT, TENANT_TOKENS, Cluster, free_port_block, free_ports
 from jepsen.generator import make_plan
 from jepsen.history import INVOKE, OK, Event, pair_operations, workload_operations
 from jepsen.report import find_property, operation_table, render_campaign, summarize
@@ -122,3 +122,22 @@ def test_the_operation_counts_are_by_workload_and_name_the_transaction_route():
     table = operation_table(pair_operations(events))
     assert table == {"queue/push": {"ok": 1, "fail": 0, "info": 0},
                      "timers/cancel via txn-ack": {"ok": 1, "fail": 0, "info": 0}}
+
+
+def ephemeral_range() -> tuple[int, int]:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+        low, high = map(int, file.read().split())
+    return low, high
+
+
+def test_the_harness_picks_ports_outside_the_kernels_ephemeral_range():
+    """A node's port picked by bind(0) came from the ephemeral range: while the node was down an
+    outgoing connection took it as its local port, and the restarted node could not bind it for
+    27 s (a power run judged that the node's failure to start)."""
+    low, high = ephemeral_range()
+    ports = free_ports(40)
+    assert len(set(ports)) == 40
+    assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] and not low <= port <= high for port in ports)
+    base = free_port_block(3, taken=frozenset(ports))
+    assert not set(range(base, base + 3)) & set(ports)
+    assert all(not low <= port <= high for port in range(base, base + 3))
