@@ -21,11 +21,10 @@ import socket
 import time
 
 import pytest
+from inprocess_groups import leader_of, slow_restore, three_members, wait_until
 
 from queen_raft.raft import RaftSettings, TenantGroup
 from queen_raft.raft.settings import CONNECTION_TIMEOUT_S
-from cluster_fixture import pick_port_runs
-from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
 
@@ -39,23 +38,6 @@ HOLD_BOUND_S = CONNECTION_TIMEOUT_S + SETTINGS.connection_retry_s
 DEADLINE_S = 10.0
 # Room for this shared machine: ticks, dials and loads run late under load from other work.
 SLACK_S = 3.0
-
-
-async def wait_until(predicate, what: str, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def slow_restore(data: bytes) -> TimerLogState:
-    time.sleep(SLOW_RESTORE_S)
-    return TimerLogState.restore(data)
-
-
-def leader_of(groups) -> TenantGroup | None:
-    leaders = [group for group in groups if group.is_leader]
-    return leaders[0] if len(leaders) == 1 else None
 
 
 def terms(groups) -> set[int]:
@@ -81,27 +63,8 @@ def dead_port():
 
 @pytest.fixture
 async def cluster(tmp_path):
-    (base,) = pick_port_runs(1, 3)
-    addrs = [f"127.0.0.1:{base + i}" for i in range(3)]
-    live: dict[str, TenantGroup] = {}
-
-    def start(addr: str, restore=TimerLogState.restore, dial_map=None) -> TenantGroup:
-        group = TenantGroup("t", addr, addrs, str(tmp_path / addr.replace(":", "_")), SETTINGS,
-                            TimerLogState, restore, dial_map=dial_map)
-        group.start_tick_loop(asyncio.get_running_loop())
-        live[addr] = group
-        return group
-
-    async def stop(addr: str) -> None:
-        group = live.pop(addr)
-        try:
-            await group.stop()
-        finally:
-            group.destroy()
-
-    yield addrs, live, start, stop
-    for addr in list(live):
-        await stop(addr)
+    async with three_members(tmp_path, SETTINGS) as members:
+        yield members
 
 
 async def started_with_snapshots(cluster) -> TenantGroup:
@@ -127,7 +90,7 @@ async def restart_cut_from_leader(follower: TenantGroup, leader: TenantGroup, de
     _, _, start, stop = cluster
     leader._transport.dial_map[follower.self_addr] = dead  # used if the leader is the dialler
     await stop(follower.self_addr)
-    restarted = start(follower.self_addr, restore=slow_restore, dial_map={leader.self_addr: dead})
+    restarted = start(follower.self_addr, restore=slow_restore(SLOW_RESTORE_S), dial_map={leader.self_addr: dead})
     await wait_until(lambda: loaded(restarted), "the restarted member's load", SLOW_RESTORE_S + DEADLINE_S)
     return restarted
 
@@ -184,7 +147,7 @@ async def test_a_group_restarted_whole_elects_a_leader(cluster):
     for addr in addrs:
         await stop(addr)
     for addr in addrs:
-        start(addr, restore=slow_restore)
+        start(addr, restore=slow_restore(SLOW_RESTORE_S))
     await wait_until(lambda: all(loaded(g) for g in live.values()), "every load", SLOW_RESTORE_S + DEADLINE_S)
     loaded_at = time.monotonic()
     # Every member reaches the other two, so none waits out the hold.
@@ -198,7 +161,7 @@ async def test_two_members_restarted_without_the_third_elect_within_the_hold(clu
     for addr in addrs:
         await stop(addr)
     for addr in addrs[:2]:
-        start(addr, restore=slow_restore)
+        start(addr, restore=slow_restore(SLOW_RESTORE_S))
     await wait_until(lambda: all(loaded(g) for g in live.values()), "both loads", SLOW_RESTORE_S + DEADLINE_S)
     loaded_at = time.monotonic()
     bound = HOLD_BOUND_S + SETTINGS.election_max_s + SLACK_S

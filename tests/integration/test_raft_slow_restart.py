@@ -14,36 +14,17 @@ import os
 import time
 
 import pytest
+from inprocess_groups import leader_of, slow_restore, three_members, wait_until
 
 from queen_raft.raft import RaftSettings, TenantGroup
-from cluster_fixture import pick_port_runs
-from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
 
-DEADLINE_S = 10.0
 SETTINGS = RaftSettings(log_compaction_min_entries=5)
 # Longer than any election timeout the node may draw, so the deadline armed at construction is past.
 SLOW_RESTORE_S = 3 * SETTINGS.election_max_s
 # How long the group is watched after the restarted node caught up: several election timeouts.
 WATCH_S = 5 * SETTINGS.election_max_s
-
-
-async def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def slow_restore(data: bytes) -> TimerLogState:
-    time.sleep(SLOW_RESTORE_S)
-    return TimerLogState.restore(data)
-
-
-def leader_of(groups: list[TenantGroup]) -> TenantGroup | None:
-    leaders = [group for group in groups if group.is_leader]
-    return leaders[0] if len(leaders) == 1 else None
 
 
 def views(groups: list[TenantGroup]) -> list[tuple[str | None, int]]:
@@ -52,28 +33,8 @@ def views(groups: list[TenantGroup]) -> list[tuple[str | None, int]]:
 
 @pytest.fixture
 async def cluster(tmp_path):
-    (base,) = pick_port_runs(1, 3)  # at random: other test runs on this machine use fixed 17xxx ports
-    addrs = [f"127.0.0.1:{base + i}" for i in range(3)]
-    live: dict[str, TenantGroup] = {}
-
-    def start(addr: str, restore=TimerLogState.restore) -> TenantGroup:
-        group = TenantGroup("t", addr, addrs, str(tmp_path / addr.replace(":", "_")), SETTINGS,
-                            TimerLogState, restore)
-        group.start_tick_loop(asyncio.get_running_loop())
-        live[addr] = group
-        return group
-
-    async def stop(addr: str) -> None:
-        group = live.pop(addr)
-        try:
-            await group.stop()
-        finally:
-            group.destroy()
-
-    yield addrs, live, start, stop
-    # stop() before destroy(): a tick loop left running can swallow the runner's cancellation.
-    for addr in list(live):
-        await stop(addr)
+    async with three_members(tmp_path, SETTINGS) as members:
+        yield members
 
 
 async def restart_slowly(follower: TenantGroup, leader: TenantGroup, cluster) -> TenantGroup:
@@ -85,7 +46,7 @@ async def restart_slowly(follower: TenantGroup, leader: TenantGroup, cluster) ->
                      "the follower to apply everything")
     await stop(follower.self_addr)
     committed = leader.status()["commitIndex"]
-    restarted = start(follower.self_addr, restore=slow_restore)
+    restarted = start(follower.self_addr, restore=slow_restore(SLOW_RESTORE_S))
     await wait_until(lambda: restarted.status()["appliedIndex"] >= committed and restarted.leader_addr() is not None,
                      "the restarted follower to load, hear a leader and catch up")
     return restarted

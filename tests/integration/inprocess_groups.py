@@ -1,0 +1,65 @@
+"""Three members of one group in this process (TenantGroups of the test state), on free ports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from cluster_fixture import pick_port_runs
+from raft_test_state import TimerLogState
+
+from queen_raft.raft import RaftSettings, TenantGroup
+
+
+@contextlib.asynccontextmanager
+async def three_members(tmp_path, settings: RaftSettings) -> AsyncIterator[tuple]:
+    """(addrs, live groups by address, start(addr, restore=..., dial_map=None), async stop(addr)).
+
+    Nothing starts on its own; every member still running is stopped at the end."""
+    (base,) = pick_port_runs(1, 3)  # at random: other test runs on this machine use fixed 17xxx ports
+    addrs = [f"127.0.0.1:{base + i}" for i in range(3)]
+    live: dict[str, TenantGroup] = {}
+
+    def start(addr: str, restore=TimerLogState.restore, dial_map=None) -> TenantGroup:
+        group = TenantGroup("t", addr, addrs, str(tmp_path / addr.replace(":", "_")), settings,
+                            TimerLogState, restore, dial_map=dial_map)
+        group.start_tick_loop(asyncio.get_running_loop())
+        live[addr] = group
+        return group
+
+    async def stop(addr: str) -> None:
+        group = live.pop(addr)
+        try:
+            await group.stop()
+        finally:
+            group.destroy()
+
+    try:
+        yield addrs, live, start, stop
+    finally:
+        # stop() before destroy(): a tick loop left running can swallow the runner's cancellation.
+        for addr in list(live):
+            await stop(addr)
+
+
+async def wait_until(predicate, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def leader_of(groups) -> TenantGroup | None:
+    """The one member that believes it leads, or None (none, or two during a change of term)."""
+    leaders = [group for group in groups if group.is_leader]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def slow_restore(seconds: float):
+    """A restore of the test state that first sleeps, as the load of a large state takes time."""
+    def restore(data: bytes) -> TimerLogState:
+        time.sleep(seconds)
+        return TimerLogState.restore(data)
+    return restore
