@@ -9,7 +9,8 @@ snapshot) would keep the damaged file, and the follower would stay behind, for a
 idle. The state in memory is intact (it was restored or built entry by entry, and a damaged file is
 found only when it is read again), so the leader writes it anew at once: at the next tick it
 forgets which index it last serialized and asks for a compaction, outside its turn. The follower's
-next request then gets the new file.
+next request then gets the new file. A rewrite whose writer fails (a full disk) is asked for again
+after a pause (snapshot_writer.REWRITE_RETRY_S) for as long as the damaged file is the one in place.
 
 Reads and writes pysyncobj 0.3.17's SyncObj.__lastSerializedEntry (tests/unit/test_raft_recipe.py
 pins the source this relies on).
@@ -18,6 +19,7 @@ pins the source this relies on).
 from __future__ import annotations
 
 import logging
+import time
 
 from queen_raft.raft.compaction_turn import CompactionTurn
 
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 def rewrite_if_damaged(syncobj, serializer, turn: CompactionTurn) -> bool:
     """On the tick thread: True if a rewrite of a damaged snapshot was asked for now."""
     if not getattr(serializer, "rewrite_wanted", False) or getattr(serializer, "writing", False):
+        return False
+    if time.monotonic() < getattr(serializer, "rewrite_not_before", 0.0):
         return False
     serializer.rewrite_wanted = False
     log.warning("the snapshot does not verify: writing a new one from the state in memory")

@@ -78,6 +78,8 @@ RECEIVING_SUFFIX = ".receiving"
 STOCK_TMP_SUFFIXES = (".tmp", ".1.tmp")
 EXIT_WRITER_FAILED = 1
 EXIT_WRITER_ORPHANED = 2
+# A pause between tries to rewrite a damaged snapshot, so a disk that stays full costs one fork a few seconds.
+REWRITE_RETRY_S = 5.0
 
 
 def writer_delay_s(environ=os.environ) -> float:
@@ -153,6 +155,7 @@ class SnapshotSerializer:
         self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
         # Set when a file to send was found damaged: snapshot_repair.py writes a new one.
         self.rewrite_wanted = False
+        self.rewrite_not_before = 0.0  # time.monotonic() before which a failed rewrite is not retried
         self.snapshots_published = 0
         self.snapshots_rejected = 0
         self.snapshots_deferred = 0
@@ -199,7 +202,17 @@ class SnapshotSerializer:
             return SERIALIZER_STATE.SUCCESS, self._current_id
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted", pid, status)
         _remove_quietly(tmp_path)
+        self._retry_rewrite_if_still_damaged()
         return SERIALIZER_STATE.FAILED, self._current_id
+
+    def _retry_rewrite_if_still_damaged(self) -> None:
+        """A writer that failed while the file in place is one found damaged (a rewrite that met a
+        full disk, say) is tried again after REWRITE_RETRY_S: pysyncobj alone would wait for its next
+        compaction, up to LOG_COMPACTION_MIN_TIME_S in an idle group, with a follower stuck behind."""
+        if self._unsendable is None or _file_identity(self._file_name) != self._unsendable:
+            return
+        self.rewrite_wanted = True
+        self.rewrite_not_before = time.monotonic() + REWRITE_RETRY_S
 
     def _publish(self, tmp_path: str) -> bool:
         try:
@@ -275,8 +288,7 @@ class SnapshotSerializer:
         except OSError:
             log.exception("could not open the snapshot %s to send it", self._file_name)
             return None
-        stat = os.fstat(file.fileno())
-        identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        identity = _identity_of(os.fstat(file.fileno()))
         check = None
         try:
             if identity == self._unsendable:
@@ -361,6 +373,18 @@ class SnapshotSerializer:
             except OSError:
                 pass
             self._incoming = None
+
+
+def _identity_of(stat: os.stat_result) -> tuple:
+    """Which file this is: a new snapshot renamed into place has a new inode, mtime or size."""
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def _file_identity(path: str) -> tuple | None:
+    try:
+        return _identity_of(os.stat(path))
+    except OSError:
+        return None
 
 
 def _remove_quietly(path: str | None) -> None:

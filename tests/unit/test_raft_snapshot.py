@@ -22,7 +22,7 @@ from queen_raft.raft.snapshot_file import (
 )
 from queen_raft.raft.compaction_turn import CompactionTurn
 from queen_raft.raft.snapshot_repair import rewrite_if_damaged
-from queen_raft.raft.snapshot_writer import WRITER_DELAY_ENV, SnapshotSerializer, writer_delay_s
+from queen_raft.raft.snapshot_writer import REWRITE_RETRY_S, WRITER_DELAY_ENV, SnapshotSerializer, writer_delay_s
 
 ENTRIES = [(b"\x00" + bytes([i]), i, 1) for i in range(1, 11)]
 
@@ -301,3 +301,39 @@ def test_a_leader_that_finds_its_snapshot_damaged_writes_a_new_one_once_its_writ
     assert rewrite_if_damaged(syncobj, sender, turn) is False  # once per damaged file
     assert sender.getTransmissionData("follower") is None
     assert rewrite_if_damaged(syncobj, sender, turn) is False
+
+
+def fail_a_writer(serializer: SnapshotSerializer) -> tuple:
+    """A forked writer that exits as a writer does when its write fails (a full disk, say)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1)
+    serializer._pid, serializer._tmp_path = pid, None
+    while True:
+        state, _ = serializer.checkSerializing()
+        if state != SERIALIZER_STATE.SERIALIZING:
+            return state
+
+
+def test_a_rewrite_whose_writer_fails_is_asked_for_again_after_a_pause_while_the_file_is_damaged(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    leader_snap, follower_snap = tmp_path / "a" / "raft.snapshot", tmp_path / "b" / "raft.snapshot"
+    leader_snap.write_bytes(encode_snapshot(dump_ending_at(8, state=os.urandom(10_000)))[:-5])
+    sender = SnapshotSerializer(str(leader_snap), 1000)
+    syncobj, turn = CompactingSyncObj(last_serialized=8), CompactionTurn(rank=1, members=3, turn_entries=10)
+    assert transfer(sender, SnapshotSerializer(str(follower_snap), 1000)) is False
+    assert rewrite_if_damaged(syncobj, sender, turn) is True and syncobj.compactions_asked == 1
+
+    before = time.monotonic()
+    assert fail_a_writer(sender) == SERIALIZER_STATE.FAILED
+    assert sender.rewrite_wanted is True
+    assert sender.rewrite_not_before - before >= REWRITE_RETRY_S
+    assert rewrite_if_damaged(syncobj, sender, turn) is False  # not before the pause is over
+    sender.rewrite_not_before = time.monotonic() - 0.001
+    assert rewrite_if_damaged(syncobj, sender, turn) is True and syncobj.compactions_asked == 2
+
+    # Once a good file is in place, a failing writer asks for nothing more.
+    leader_snap.write_bytes(encode_snapshot(dump_ending_at(9)))
+    assert fail_a_writer(sender) == SERIALIZER_STATE.FAILED
+    assert sender.rewrite_wanted is False
+    assert transfer(sender, SnapshotSerializer(str(follower_snap), 1000)) is True
