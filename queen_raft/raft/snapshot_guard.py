@@ -30,10 +30,14 @@ would look like a refusal and could stop a group with older members from electin
 costs no extra round. What it does not cover, a pre-vote would: a member that can reach a follower but
 not the leader for longer than the bound still calls an election, as stock pysyncobj does.
 
+A member whose tick thread stalled inside a message longer than an election timeout (a big snapshot
+installed from the leader) reads what waits in its sockets before it checks its election deadline
+(_read_waiting_messages_before_standing): the leader's heartbeats of the stall re-arm it.
+
 Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and _doDestroy
 (wrapped) of pysyncobj 0.3.17; sets __raftElectionDeadline through __generateRaftTimeout and reads
-__raftLeader, __otherNodes, __connectedNodes and the conf's connection timeout and retry time;
-tests/unit/test_raft_recipe.py pins the source.
+__raftLeader, __otherNodes, __connectedNodes, __raftState, __selfNode, __transport and the conf's
+connection timeout and retry time, and polls _poller; tests/unit/test_raft_recipe.py pins the source.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import threading
 import time
 
 from pysyncobj.monotonic import monotonic as monotonic_time
+from pysyncobj.syncobj import _RAFT_STATE
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.snapshot_file import DataDirRefused, SnapshotDamaged
@@ -137,6 +142,7 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         if self._start_load_done.is_set():
             if self._rejoin_hold_ends is not None:
                 self._hold_candidacy_while_rejoining()
+            self._read_waiting_messages_before_standing()
             super()._onTick(timeToWait)
             return
         # Until the start's load is done: that tick loads the snapshot (if any), then applies every
@@ -184,6 +190,21 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
             return
         if not self._SyncObj__otherNodes <= self._SyncObj__connectedNodes:
             self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+
+    def _read_waiting_messages_before_standing(self) -> None:
+        """Before an election check that would make this node stand, read what waits in its sockets.
+
+        pysyncobj checks the election deadline at the start of a tick, before the tick's poll. A
+        tick thread that stalled inside a message for longer than an election timeout (the install
+        of a big snapshot from the leader restores the whole state in the handler of its last chunk;
+        a long journal write) comes back with its deadline past and the leader's heartbeats of the
+        stall unread, and would call an election that deposes a healthy leader. One poll without
+        waiting hands those heartbeats to the node first, and they re-arm its deadline. A node whose
+        leader is really gone reads nothing and stands in the same tick, as stock does."""
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None:
+            return
+        if self._SyncObj__raftElectionDeadline < monotonic_time() and self._SyncObj__transport.ready:
+            self._poller.poll(0)
 
     def _log_replay(self) -> None:
         started, snapshot_index = self._replay_started

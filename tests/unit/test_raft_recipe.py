@@ -578,6 +578,55 @@ def test_the_rejoin_hold_ends_at_a_leader_heard_or_at_its_bound():
     alone._hold_candidacy_while_rejoining()
     assert alone._rejoin_hold_ends is None and alone._SyncObj__raftElectionDeadline == 0.0
 
+def test_syncobj_tick_checks_the_election_deadline_before_its_poll():
+    # SnapshotGuardedSyncObj._read_waiting_messages_before_standing: stock checks the deadline at the
+    # start of a tick and reads the sockets only at its end, so what arrived during a stall is unread
+    # at the check; a snapshot from the leader is loaded inside the message's handler.
+    tick = source(SyncObj._onTick)
+    assert tick.index("if self.__raftElectionDeadline < monotonicTime() and self.__connectedToAnyone():") < tick.index(
+        "self._poller.poll(timeToWait)")
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    appended = handler.index("if message['type'] == 'append_entries' and message['term'] >= self.__raftCurrentTerm:")
+    assert handler.index("self.__raftElectionDeadline = monotonicTime() + self.__generateRaftTimeout()", appended) > appended
+    assert handler.index("self.__loadDumpFile(clearJournal=True)", appended) > appended
+    init = source(SyncObj.__init__)
+    assert "self._poller = createPoller(self.__conf.pollerType)" in init
+    assert "self.__raftState = _RAFT_STATE.FOLLOWER" in init and "self.__selfNode = " in init
+
+
+class _Poller:
+    def __init__(self) -> None:
+        self.polls: list[float] = []
+
+    def poll(self, timeout: float) -> None:
+        self.polls.append(timeout)
+
+
+def _stalled_node(state, deadline: float):
+    from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+
+    class Transport:
+        ready = True
+
+    node = object.__new__(SnapshotGuardedSyncObj)
+    node._SyncObj__raftState, node._SyncObj__selfNode = state, "self"
+    node._SyncObj__raftElectionDeadline, node._SyncObj__transport = deadline, Transport()
+    node._poller = _Poller()
+    return node
+
+
+def test_a_follower_past_its_deadline_reads_its_sockets_before_the_election_check():
+    from pysyncobj.syncobj import _RAFT_STATE
+
+    now = pysyncobj.monotonic.monotonic()
+    past = _stalled_node(_RAFT_STATE.FOLLOWER, deadline=now - 1.0)
+    past._read_waiting_messages_before_standing()
+    assert past._poller.polls == [0]  # without waiting: a node whose leader is gone stands this tick
+    for node in (_stalled_node(_RAFT_STATE.FOLLOWER, deadline=now + 1.0), _stalled_node(_RAFT_STATE.LEADER, now - 1.0)):
+        node._read_waiting_messages_before_standing()
+        assert node._poller.polls == []
+
+
 def test_tcp_server_members_the_resilient_listener_reads_exist():
     server = pysyncobj.tcp_server.TcpServer(createPoller("auto"), "127.0.0.1", 0, onNewConnection=print)
     for name in ("__socket", "__poller", "__fileno", "__state", "__sendBufferSize", "__recvBufferSize",
