@@ -28,6 +28,7 @@ from aiohttp import web
 from queen_raft.api.auth import Access, require
 from queen_raft.api.group_calls import read
 from queen_raft.api.serving import serving_of
+from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer
 
 UNAVAILABLE = "unavailable"
 STREAM_CHUNK_BYTES = 1 << 20
@@ -52,6 +53,7 @@ def _encode_in_child(state, output) -> None:
     """Runs in the forked child: encode, write, leave without running the parent's exit hooks."""
     code = 1
     try:
+        prefer_this_process_for_the_oom_killer()
         if hasattr(state, "write_snapshot"):
             state.write_snapshot(output)  # streamed: the encoded state is never whole in memory
         else:

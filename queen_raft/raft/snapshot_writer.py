@@ -57,6 +57,7 @@ from pysyncobj.serializer import Serializer
 
 from queen_raft import clock
 from queen_raft.raft.compaction_turn import turn_of
+from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer
 from queen_raft.raft.journal import fsync_directory_of
 from queen_raft.raft.snapshot_file import (
     HEADER,
@@ -126,6 +127,7 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
         if os.getppid() != parent_pid:  # the parent died before the prctl took effect
             code = EXIT_WRITER_ORPHANED
         else:
+            prefer_this_process_for_the_oom_killer()
             if delay_s:
                 time.sleep(delay_s)
             write_snapshot(tmp_path, dump)

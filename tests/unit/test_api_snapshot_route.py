@@ -9,6 +9,7 @@ import time
 import pytest
 
 from queen_raft.api.snapshot_route import SnapshotFailed, _take_snapshot
+from queen_raft.raft.forked_writer import OOM_SCORE_ADJ
 
 ENCODE_S = 1.0
 
@@ -58,3 +59,19 @@ def test_the_lock_is_free_while_the_child_encodes():
 def test_an_encoder_that_fails_is_an_error_not_an_empty_snapshot():
     with pytest.raises(SnapshotFailed, match="wait status"):
         _take_snapshot(LockedGroup(BrokenState()))
+
+
+class ScoreReportingState:
+    """Encodes the OOM score the encoding process has."""
+
+    def snapshot(self) -> bytes:
+        with open("/proc/self/oom_score_adj", "rb") as file:
+            return file.read().strip()
+
+
+def test_the_encoder_is_the_oom_killers_first_choice_and_its_node_is_not():
+    node_score = open("/proc/self/oom_score_adj", "rb").read().strip()
+    output, _ = _take_snapshot(LockedGroup(ScoreReportingState()))
+    with output:
+        assert output.read() == str(OOM_SCORE_ADJ).encode()
+    assert open("/proc/self/oom_score_adj", "rb").read().strip() == node_score

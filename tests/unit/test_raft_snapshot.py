@@ -21,6 +21,7 @@ from queen_raft.raft.snapshot_file import (
     verify_snapshot_file,
 )
 from queen_raft.raft.compaction_turn import CompactionTurn
+from queen_raft.raft.forked_writer import OOM_SCORE_ADJ, prefer_this_process_for_the_oom_killer
 from queen_raft.raft.snapshot_repair import rewrite_if_damaged
 from queen_raft.raft.snapshot_writer import REWRITE_RETRY_S, WRITER_DELAY_ENV, SnapshotSerializer, writer_delay_s
 
@@ -194,6 +195,27 @@ def test_stop_writer_kills_and_reaps_a_running_writer(tmp_path, monkeypatch):
         os.waitpid(pid, os.WNOHANG)  # reaped
     assert list(tmp_path.iterdir()) == []
     assert serializer.checkSerializing()[0] == SERIALIZER_STATE.NOT_SERIALIZING
+
+
+def test_a_running_writer_is_the_oom_killers_first_choice_and_its_node_is_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUEEN_TEST_HOOKS", "1")
+    monkeypatch.setenv(WRITER_DELAY_ENV, "30000")  # holds the writer before it writes
+    serializer = SnapshotSerializer(str(tmp_path / "raft.snapshot"), 4096)
+    node_score = open("/proc/self/oom_score_adj").read().strip()
+    serializer.serialize(dump_ending_at(6), 5)
+    writer = f"/proc/{serializer._pid}/oom_score_adj"
+    try:
+        deadline = time.monotonic() + 10
+        while open(writer).read().strip() != str(OOM_SCORE_ADJ):
+            assert time.monotonic() < deadline, "the writer never raised its OOM score"
+            time.sleep(0.01)
+        assert open("/proc/self/oom_score_adj").read().strip() == node_score
+    finally:
+        serializer.stop_writer()
+
+
+def test_a_child_that_may_not_raise_its_oom_score_still_writes(tmp_path):
+    assert prefer_this_process_for_the_oom_killer(str(tmp_path / "missing" / "oom_score_adj")) is False
 
 
 def test_the_writer_delay_hook_needs_the_test_hooks_flag():
