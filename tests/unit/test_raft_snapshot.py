@@ -19,6 +19,7 @@ from queen_raft.raft.snapshot_file import (
     encode_snapshot,
     read_snapshot,
     verify_snapshot_file,
+    write_snapshot,
 )
 from queen_raft.raft.compaction_turn import CompactionTurn
 from queen_raft.raft.forked_writer import OOM_SCORE_ADJ, prefer_this_process_for_the_oom_killer
@@ -56,6 +57,20 @@ def test_a_snapshot_round_trips_and_verifies(tmp_path):
     path.write_bytes(encode_snapshot(dump_ending_at(5)))
     verify_snapshot_file(str(path))
     assert read_snapshot(str(path)) == dump_ending_at(5)
+
+
+def test_a_snapshot_is_flushed_to_the_disk_as_it_is_written_and_reads_back_the_same(tmp_path, monkeypatch):
+    # The state as a node's writer streams it: a list of chunks, pickled one at a time.
+    dump = dump_ending_at(5, state=[os.urandom(50_000) for _ in range(6)])
+    synced_lengths = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced_lengths.append(os.fstat(fd).st_size), real_fdatasync(fd)))
+    syncs = write_snapshot(str(tmp_path / "snap"), dump, sync_every=64 * 1024)
+    # 300 kB flushed as it goes, every two chunks (64 kB or more unflushed), not all at the end.
+    assert syncs == len(synced_lengths) == 3
+    assert synced_lengths == sorted(synced_lengths) and synced_lengths[0] < 150_000
+    assert (tmp_path / "snap").read_bytes() == encode_snapshot(dump)
+    verify_snapshot_file(str(tmp_path / "snap"))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "extend", "empty", "garbage"])
