@@ -310,6 +310,11 @@ def parse_ack(body: Any, single: bool) -> dict:
 def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset()) -> dict:
     """One acknowledgment; `extra_fields` names fields the caller handles (a transaction's type,
     consumerGroup and leaseId)."""
+    if type(raw) is dict and len(raw) == 3:  # the usual item: {partition, transactionId, status}
+        partition, txn, status = raw.get("partition"), raw.get("transactionId"), raw.get("status")
+        if (type(partition) is str and type(txn) is str and status in ACK_STATUSES
+                and 0 < len(partition) <= NAME_CHARS_ALWAYS_WITHIN and 0 < len(txn) <= NAME_CHARS_ALWAYS_WITHIN):
+            return {"partition": partition, "status": status, "transactionId": txn}
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
     if not raw.keys() <= ACK_ITEM_FIELDS:  # else no field is unknown (one set test, the usual case)
