@@ -59,6 +59,10 @@ def _nests_too_deep(data: bytes, value: Any) -> bool:
         nesting_depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH
 
 
+# For the pop answer's writer (api/pop_answer.py), which decides as payload_fields does.
+nests_too_deep = _nests_too_deep
+
+
 def _refuse_non_json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 

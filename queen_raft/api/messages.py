@@ -15,6 +15,7 @@ from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
 from queen_raft.api.long_poll import ride_tick_during, wait_riding_tick
+from queen_raft.api.pop_answer import pop_answer_body
 from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
@@ -205,6 +206,9 @@ def _pop_answer(result: dict) -> dict | None:
 
 
 def _pop_response(result: dict, cipher: PayloadCipher | None) -> web.Response:
+    body = pop_answer_body(result)  # each JSON payload as its stored bytes (pop_answer.py)
+    if body is not None:
+        return web.Response(body=body, content_type="application/json")
     return json_response({"leaseId": result.get("leaseId"),
                           "messages": [wire_message(m, cipher) for m in result["messages"]]}, floats_finite=True)
 
@@ -306,6 +310,11 @@ def parse_ack(body: Any, single: bool) -> dict:
 def parse_ack_item(raw: Any, where: str, extra_fields: frozenset[str] = frozenset()) -> dict:
     """One acknowledgment; `extra_fields` names fields the caller handles (a transaction's type,
     consumerGroup and leaseId)."""
+    if type(raw) is dict and len(raw) == 3:  # the usual item: {partition, transactionId, status}
+        partition, txn, status = raw.get("partition"), raw.get("transactionId"), raw.get("status")
+        if (type(partition) is str and type(txn) is str and status in ACK_STATUSES
+                and 0 < len(partition) <= NAME_CHARS_ALWAYS_WITHIN and 0 < len(txn) <= NAME_CHARS_ALWAYS_WITHIN):
+            return {"partition": partition, "status": status, "transactionId": txn}
     if not isinstance(raw, dict):
         raise bad_request(f"{where} must be an object")
     if not raw.keys() <= ACK_ITEM_FIELDS:  # else no field is unknown (one set test, the usual case)

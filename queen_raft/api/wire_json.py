@@ -38,6 +38,7 @@ _NULL = b"null"
 # Types orjson writes natively and the stdlib refuses (a 500 before): orjson refuses them too, so
 # the stdlib raises its TypeError as it did.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+ORJSON_OPTIONS = _ORJSON_OPTIONS  # for writers of their own (api/pop_answer.py)
 
 
 def _refuse_non_json_constant(name: str) -> Any:

@@ -320,10 +320,14 @@ class Broker:
         # "retry": nothing settles; the message is delivered again by the next pop.
         lease.settled_as[offset] = (txn, status, filed)
         if not lease.pending:
-            group.lease = None
-            del self.leases[lease.lease_id]
-            self.released.remember(lease, now)
+            self.release_acked(lease, group, now)
         return filed
+
+    def release_acked(self, lease: Lease, group: GroupCursor, now: int) -> None:
+        """Release a lease whose every message was acked, remembering what they settled as."""
+        group.lease = None
+        del self.leases[lease.lease_id]
+        self.released.remember(lease, now)
 
     def ack(self, group_name: str, lease_id: str | None, items: list[dict], now: int,
             answering: bool = True) -> list[dict]:

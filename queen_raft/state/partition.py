@@ -230,9 +230,11 @@ class Partition:
         return [
             self.name,
             self.base,
-            [list(message) for message in self.log],
+            # msgpack packs a tuple as the array a list packs to: the same bytes without a list per
+            # message and per expiry, which a snapshot of a long log spent a third of its time on.
+            list(self.log),
             sorted([txn, *entry] for txn, entry in self.dedup.items()),
-            [list(item) for item in self.dedup_expiry],
+            list(self.dedup_expiry),
             sorted([name, cursor.to_wire()] for name, cursor in self.groups.items()),
         ]
 
