@@ -64,7 +64,8 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         self._start_load_done = threading.Event()
         self.start_refusal: DataDirRefused | None = None
         self.snapshot_installs_failed = 0
-        self._replay_started: tuple[tuple[float, float], int] | None = None  # (phase_clock(), applied index) after the load
+        # (phase_clock(), applied index) after the load
+        self._replay_started: tuple[tuple[float, float], int] | None = None
         self._rejoin_hold_ends: float | None = None  # monotonic; None: no candidacy held
         super().__init__(*args, **kwargs)
 
