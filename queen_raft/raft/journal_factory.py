@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pysyncobj.syncobj
 from pysyncobj.journal import MemoryJournal
 
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
-from queen_raft.raft.startup_phases import log_phase
+from queen_raft.raft.startup_phases import log_phase, phase_clock
 
 _JOURNAL_KINDS = {"group": GroupCommitJournal, "off": CompactionGuardedJournal}
 _registry_lock = threading.Lock()
@@ -38,7 +37,7 @@ def create_journal(journalFile=None):
         return MemoryJournal()
     with _registry_lock:
         kind, full_dump_file = _registered.get(os.path.abspath(journalFile), (CompactionGuardedJournal, None))
-    started = time.monotonic()
+    started = phase_clock()
     journal = kind(journalFile, full_dump_file)
     log_phase("journal_open", started, entries=len(journal), file=journalFile)
     return journal

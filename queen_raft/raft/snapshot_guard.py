@@ -51,7 +51,7 @@ from pysyncobj.syncobj import _RAFT_STATE
 
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.snapshot_file import DataDirRefused, SnapshotDamaged
-from queen_raft.raft.startup_phases import log_phase
+from queen_raft.raft.startup_phases import log_phase, phase_clock
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
         self._start_load_done = threading.Event()
         self.start_refusal: DataDirRefused | None = None
         self.snapshot_installs_failed = 0
-        self._replay_started: tuple[float, int] | None = None  # (monotonic, applied index) after the load
+        # (phase_clock(), applied index) after the load
+        self._replay_started: tuple[tuple[float, float], int] | None = None
         self._rejoin_hold_ends: float | None = None  # monotonic; None: no candidacy held
         super().__init__(*args, **kwargs)
 
@@ -94,13 +95,13 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
 
     def _load_dump(self, clear_journal: bool) -> None:
         """pysyncobj's __loadDumpFile, raising instead of clearing committed entries or going on empty."""
-        started = time.monotonic()
+        started = phase_clock()
         data = self._SyncObj__serializer.deserialize()
         log_phase("snapshot_read", started, "read, verified, unpickled")
         consumers = self._SyncObj__consumers
         if data[0] is not None:
             self_data, consumers_data = (data[0][0], data[0][1:]) if consumers else (data[0], [])
-            started = time.monotonic()
+            started = phase_clock()
             for consumer, consumer_data in zip(consumers, consumers_data):
                 consumer._deserialize(consumer_data)
             log_phase("snapshot_restore", started, "state decoded and indexed", index=data[1][1])
@@ -131,7 +132,7 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
             self._SyncObj__updateClusterConfiguration([node for node in data[3] if node != self._SyncObj__selfNode])
         self._SyncObj__onSetCodeVersion(0)
         if not clear_journal:
-            self._replay_started = (time.monotonic(), last[1])
+            self._replay_started = (phase_clock(), last[1])
 
     # -- the tick thread and the main thread ---------------------------------------------------------
 
@@ -147,7 +148,7 @@ class SnapshotGuardedSyncObj(LogMatchingSyncObj):
             return
         # Until the start's load is done: that tick loads the snapshot (if any), then applies every
         # committed entry the journal holds past it.
-        self._replay_started = (time.monotonic(), self._SyncObj__raftLastApplied)
+        self._replay_started = (phase_clock(), self._SyncObj__raftLastApplied)
         super()._onTick(timeToWait)
         if not self._SyncObj__needLoadDumpFile:
             self._log_replay()

@@ -7,7 +7,12 @@ import logging
 import time
 
 from bench.recovery import phase_lines
-from queen_raft.raft.startup_phases import log_phase, log_process_started, process_age_s
+from queen_raft.raft.startup_phases import (
+    log_phase,
+    log_process_started,
+    phase_clock,
+    process_age_s,
+)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the node's (cli/main.py)
 
@@ -49,3 +54,16 @@ def test_the_bench_keeps_a_phase_file_by_its_tenant_and_name_not_the_machine_pat
                         "seconds=0.037 entries=818 file=/var/lib/queen/data-1/n1/acme/raft.journal\n")
     assert [line.split(" ", 1)[1] for line in phase_lines(log_path, 0.0)] == [
         "startup phase=journal_open seconds=0.037 entries=818 file=acme/raft.journal"]
+
+
+def test_a_phase_started_with_its_clock_logs_the_cpu_seconds_of_its_thread(caplog):
+    started = phase_clock()
+    deadline = time.thread_time() + 0.05
+    while time.thread_time() < deadline:  # work on this thread's CPU clock
+        pass
+    with caplog.at_level(logging.INFO, logger="queen_raft.startup"):
+        log_phase("snapshot_restore", started, "state decoded and indexed", index=7)
+    message = caplog.records[-1].getMessage()
+    fields = dict(part.split("=", 1) for part in message.split(" (")[0].split()[1:])
+    assert fields["phase"] == "snapshot_restore" and fields["index"] == "7"
+    assert 0.05 <= float(fields["cpu_s"]) <= float(fields["seconds"]) + 0.01
