@@ -51,6 +51,7 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
     lags = tally.lags
     appended = duplicate = 0
     queue_name = partition_key = queue = partition = None
+    log = dedup = expiry = None  # the partition's, bound once per run
     pruned: set[Partition] = set()
     keep_in_order = None if memory is None else memory.order.append
     for timer in timers:
@@ -64,8 +65,10 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
         if partition_name is not partition_key:
             partition_key = partition_name
             partition = _pruned_partition(queue, partition_name, pruned, now)
+            if partition is not None:
+                log, dedup, expiry = partition.log, partition.dedup, partition.dedup_expiry
         if partition is not None:
-            entry = partition.dedup.get(txn)
+            entry = dedup.get(txn)
             if entry is not None and entry[2] > now:  # Partition.find_duplicate
                 duplicate += 1
                 lags.append(now - deliver_at)
@@ -80,14 +83,14 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             if partition is None:  # created now: it holds only what this fire appends
                 partition = queue.partition(partition_name)
                 pruned.add(partition)
+                log, dedup, expiry = partition.log, partition.dedup, partition.dedup_expiry
             # Partition.append, inlined: the message, then its dedup entry and expiry.
-            log = partition.log
             offset = partition.base + len(log)
             log.append((txn, message_id, payload, now, producer_sub, None, encrypted))
             if window_ms > 0:
                 expires_at = now + window_ms
-                partition.dedup[txn] = (offset, message_id, expires_at)
-                partition.dedup_expiry.append((expires_at, txn))
+                dedup[txn] = (offset, message_id, expires_at)
+                expiry.append((expires_at, txn))
                 if keep_in_order is not None:
                     keep_in_order((now, expires_at, name, key, partition_name, txn, offset, message_id))
             appended += 1

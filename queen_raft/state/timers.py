@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from itertools import islice, takewhile
+from bisect import bisect_left, bisect_right
+from itertools import accumulate, islice, takewhile
 from operator import itemgetter, methodcaller
 
 from sortedcontainers import SortedList
 
 from . import timer_wire
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
-from .timer_entries import due_bytes, due_of, entry_of, make_entry, name_bytes, timer_of
+from .timer_entries import due_bytes, due_of, entry_of, make_entry, name_bytes, timer_of, timers_of
 
 _intern = sys.intern
 
@@ -90,6 +91,23 @@ def timer_row(timer: Timer) -> dict:
     row = peek_timer(timer)
     del row["payload"]
     return row
+
+
+def _due_prefix(due: SortedList, not_due: bytes, max_count: int) -> list[bytes]:
+    """The first entries of `due` below `not_due`, at most `max_count`: whole sublists, then a
+    bisect into the first one that holds an entry not due (iterating the SortedList by position
+    would build its positional index, which a fire drops again)."""
+    found: list[bytes] = []
+    for sublist in due._lists:
+        room = max_count - len(found)
+        if room <= 0:
+            break
+        if sublist[-1] < not_due and len(sublist) <= room:
+            found += sublist
+            continue
+        found += sublist[:bisect_left(sublist, not_due, 0, min(room, len(sublist)))]
+        break
+    return found
 
 
 class TimerTable:
@@ -251,25 +269,34 @@ class TimerTable:
 
         At most `max_count` timers and `max_bytes` of stored payload, but always at least one, so
         a payload larger than the byte bound cannot wedge everything behind it.
+
+        The timers taken are those of a walk that decodes each due entry in turn and stops at the
+        first that would pass a bound; it is done in bulk: the due entries (up to `max_count`) are
+        a prefix of the index, found by bisecting its sublists, and a payload is shorter than its
+        entry, so the run of entries whose lengths sum to at most `max_bytes` is within the byte
+        bound whatever their payloads, and is decoded at once (`timers_of`). Only past that run
+        (payloads near the bound) are the entries decoded and counted one at a time.
         """
-        taken: list[Timer] = []
-        total = 0
         # An entry begins with its dueAt, biased to sort as bytes: every entry due after `now` is at
         # or past the 8 bytes of now + 1, every entry due by then is below them.
-        not_due = due_bytes(now + 1)
-        # Iterating the SortedList walks its sublists; islice by position would build its index.
-        for entry in islice(self.due, max_count):
-            if entry >= not_due:
-                break
-            timer = timer_of(entry)
-            size = len(timer[T_PAYLOAD])
-            if taken and total + size > max_bytes:
-                break
-            total += size
-            taken.append(timer)
-        if taken:
-            drop_first(self.due, len(taken))
-            self._forget(taken)
+        entries = _due_prefix(self.due, due_bytes(now + 1), max_count)
+        if not entries:
+            return []
+        safe = bisect_right(list(accumulate(map(len, entries))), max_bytes)
+        if safe == len(entries):
+            taken = timers_of(entries)
+        else:
+            taken = timers_of(entries[:safe])
+            total = sum(map(len, map(itemgetter(T_PAYLOAD), taken)))
+            for entry in islice(entries, safe, None):
+                timer = timer_of(entry)
+                size = len(timer[T_PAYLOAD])
+                if taken and total + size > max_bytes:
+                    break
+                total += size
+                taken.append(timer)
+        drop_first(self.due, len(taken))
+        self._forget(taken)
         return taken
 
     def _forget(self, taken: list[Timer]) -> None:

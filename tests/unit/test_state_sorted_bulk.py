@@ -59,8 +59,11 @@ def test_remove_sorted_equals_removing_each(load):
         entries = filled(load, values)
         if rng.random() < 0.5:
             assert entries[len(values) // 3] == values[len(values) // 3]
-        shape = rng.choice(["scattered", "run", "all", "one", "ends"])
-        if shape == "scattered":
+        shape = rng.choice(["scattered", "run", "all", "one", "ends", "strided"])
+        if shape == "strided":  # one value in `stride`: dense below FILTER_SPAN_PER_VALUE, sparse above
+            stride = rng.randint(2, 20)
+            gone = values[rng.randrange(stride)::stride] or [values[0]]
+        elif shape == "scattered":
             gone = sorted(rng.sample(values, rng.randint(1, len(values))))
         elif shape == "run":
             start = rng.randrange(len(values))

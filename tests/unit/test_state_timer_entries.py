@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from queen_raft.state import TenantState
 from queen_raft.state.limits import DEFAULT_PARTITION
-from queen_raft.state.timer_entries import entry_of, queue_and_key, timer_of
+from queen_raft.state.timer_entries import entry_of, queue_and_key, timer_of, timers_of
 from queen_raft.state.timers import TimerTable
 
 # Few distinct characters, NUL and a lone surrogate among them, so names often begin one another.
@@ -49,6 +49,27 @@ def test_every_field_comes_back(due_at, queue, key, partition, txn, payload, fla
                      payload=payload, payload_zstd=flag, encrypted=not flag, producer_sub=sub,
                      retry=retry, created_at=due_at - age, updated_at=due_at - age + later)
     assert timer_of(entry_of(original)) == original
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2), NAMES, NAMES, st.text(max_size=3), st.binary(max_size=6),
+                          st.none() | st.tuples(st.integers(0, 9), st.text(max_size=4), INSTANTS),
+                          st.none() | st.text(max_size=3), st.integers(-50, 50)),
+                max_size=12, unique_by=lambda fields: fields[:3]))
+def test_timers_of_decodes_a_batch_as_timer_of_decodes_each(rows):
+    """The fire decodes its batch in bulk: the same tuples as one timer_of per entry, runs of one
+    instant and queue or not, NULs in names or not, every field set or not."""
+    timers = [timer(due_at, queue, key, partition=partition or DEFAULT_PARTITION, txn=partition[::-1] or key,
+                    payload=payload, retry=retry, producer_sub=sub, created_at=due_at - age,
+                    updated_at=due_at + age)
+              for due_at, queue, key, partition, payload, retry, sub, age in rows]
+    entries = sorted(entry_of(t) for t in timers)
+    decoded = timers_of(entries)
+    assert decoded == [timer_of(entry) for entry in entries]
+    for t in decoded:
+        assert type(t[11]) is int and type(t[12]) is int
+        if t[4] == t[2]:
+            assert t[4] is t[2]  # a txn equal to the key is the key's object, as timer_of gives it
 
 
 def test_a_txn_equal_to_the_key_comes_back_as_the_keys_object():
@@ -103,3 +124,12 @@ def test_a_table_from_format_3_equals_the_table_it_was_written_from():
     table = TimerTable.from_wire(state.timers.to_wire(), 3)
     assert table.count == state.timers.count == 7
     assert table.by_queue == state.timers.by_queue
+
+
+def test_timers_of_tells_a_queue_from_a_longer_one_that_begins_with_it_and_a_nul():
+    """Entries of "q" and of "q\\x00..." at one instant share the bytes up to q's ending NUL; the
+    escaped NUL after it marks the longer name, which must not be read as a key of "q"."""
+    names = ["", "\x00", "q", "q\x00", "q\x00\x00", "q\x00x", "\x00q"]
+    timers = [timer(7, queue, key) for queue in names for key in names]
+    entries = sorted(entry_of(t) for t in timers)
+    assert timers_of(entries) == [timer_of(entry) for entry in entries] == sorted(timers)
