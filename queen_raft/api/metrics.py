@@ -18,11 +18,12 @@ import time
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from queen_raft.api.loop_histogram import LoopHistogram
 from queen_raft.raft.group_api import GroupApi
 
 log = logging.getLogger(__name__)
@@ -187,10 +188,12 @@ class ApiMetrics:
             "queen_timers_schedule_rejected_total", "Timer calls refused by this node, by error code", ["reason"],
             registry=self.registry,
         )
-        self.commit_seconds = Histogram(
+        # Observed on every call, on the loop thread: LoopHistogram (loop_histogram.py says why).
+        self.commit_seconds = LoopHistogram(
             "queen_raft_commit_seconds", "Propose to committed-and-applied, on the proposing node",
-            buckets=COMMIT_BUCKETS_S, registry=self.registry,
+            buckets=COMMIT_BUCKETS_S,
         )
+        self.registry.register(self.commit_seconds)
         self.group_unavailable = Counter(
             "queen_raft_unavailable_total", "Calls answered 503 because the group could not commit or read in time, "
             "by reason (no_leader, timeout, leader_changed, ...)", ["tenant", "reason"], registry=self.registry,
@@ -200,10 +203,11 @@ class ApiMetrics:
             f"past {QUEUE_SERIES_PER_TENANT} queues of a tenant, the rest under queue=\"{OTHER_QUEUES}\"",
             ["tenant", "queue"], registry=self.registry,
         )
-        self.http_request_seconds = Histogram(
-            "queen_http_request_seconds", "HTTP request duration by route and status code", ["route", "code"],
-            buckets=HTTP_BUCKETS_S, registry=self.registry,
+        self.http_request_seconds = LoopHistogram(
+            "queen_http_request_seconds", "HTTP request duration by route and status code", ("route", "code"),
+            buckets=HTTP_BUCKETS_S,
         )
+        self.registry.register(self.http_request_seconds)
         if groups_source is not None:
             self.registry.register(ReplicatedStateCollector(groups_source, quotas))
         # Labelled children, each resolved once: labels() takes the family's lock and str()s every
@@ -219,7 +223,7 @@ class ApiMetrics:
     def observe_http_request(self, route: str, status: int, seconds: float) -> None:
         child = self._http_children.get((route, status))
         if child is None:
-            child = self._http_children[(route, status)] = self.http_request_seconds.labels(route=route, code=str(status))
+            child = self._http_children[(route, status)] = self.http_request_seconds.labels(route, str(status))
         child.observe(seconds)
 
     def count_timer_ops(self, tenant: str, ops: list[dict], answers: list[dict]) -> None:

@@ -120,24 +120,32 @@ class ReplicatedTenantState(SyncObjConsumer):
             log.exception("a batch entry did not decode; answering an internal error for all of it")
             return {"error": "internal", "message": f"{type(exc).__name__}: {exc}"}
         results = []
-        last_due, any_applied = None, False
+        any_applied = False
         for command in commands:
             # Each command alone, as its own entry would be: one's refusal or error is its own.
-            result, next_due, applied = self._apply_one(command)
+            result, _, applied = self._apply_one(command, with_next_due=False)
             results.append(result)
-            if applied:
-                last_due, any_applied = next_due, True
+            any_applied = any_applied or applied
         if any_applied:
-            self._report_due(last_due)  # the state after the whole entry is what the tick sleeps on
+            # The state after the whole entry is what the tick sleeps on: read once, not per command.
+            try:
+                with self.lock:
+                    last_due = self.state.next_due_at()
+            except Exception:
+                self.internal_errors += 1
+                log.exception("next_due_at failed after a batch; the tick keeps its last instant")
+            else:
+                self._report_due(last_due)
         return results
 
-    def _apply_one(self, entry) -> tuple[object, int | None, bool]:
-        """(result, next due instant, whether it applied) of one single-command entry; never raises."""
+    def _apply_one(self, entry, with_next_due: bool = True) -> tuple[object, int | None, bool]:
+        """(result, next due instant (None unless with_next_due), whether it applied) of one
+        single-command entry; never raises."""
         try:
             command = decode_command(entry)
             with self.lock:
                 result = self.state.apply(command)
-                next_due = self.state.next_due_at()
+                next_due = self.state.next_due_at() if with_next_due else None
         except Exception as exc:  # never let a replicated method raise: it wedges the group
             self.internal_errors += 1
             log.exception("apply failed; answering an internal error instead of raising")

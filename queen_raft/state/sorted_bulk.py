@@ -125,7 +125,9 @@ def insert_sorted(entries: SortedList, values: list) -> None:
     slice assignment, an order of magnitude faster than value by value. The guard costs two bisects
     per call, so scattered values take the value-by-value path at no noticeable extra cost.
     """
-    if not values:
+    if len(values) < 2:
+        if values:  # one value (a single-op schedule): SortedList's own add costs less than the guard
+            entries.add(values[0])
         return
     lists, maxes = entries._lists, entries._maxes
     if not lists:

@@ -32,3 +32,23 @@ def test_cyclic_garbage_made_after_startup_is_still_collected(restored_gc):
     cycle.append(cycle)
     del cycle
     assert gc.collect() >= 1
+
+
+def test_cyclic_garbage_is_collected_without_an_explicit_collection(restored_gc):
+    """gen0's threshold is a count of containers not yet freed: garbage cycles add to it, so they
+    trigger the young collection that frees them within a few thresholds' worth of objects."""
+    import weakref
+
+    class Node:
+        pass
+
+    configure_gc()
+    first = Node()
+    first.me = first
+    first_gone = weakref.ref(first)
+    del first
+    for _ in range(3 * GC_THRESHOLDS[0]):
+        node = Node()
+        node.me = node
+    del node
+    assert first_gone() is None

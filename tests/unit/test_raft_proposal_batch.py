@@ -283,6 +283,24 @@ def test_a_batch_applies_exactly_as_its_commands_would_one_entry_each():
     assert batched.state.snapshot() == one_by_one.state.snapshot()
 
 
+def test_a_batch_reads_the_next_due_instant_once_after_its_last_command():
+    reads = []
+
+    class CountingState(LogState):
+        def next_due_at(self):
+            reads.append(self.applied)
+            return super().next_due_at()
+
+    dues: list = []
+    consumer = ReplicatedTenantState(CountingState, CountingState.restore, dues.append)
+    commands = [{"op": "incr", "key": "n"}, {"op": "boom"}, {"op": "set", "key": "a", "value": 1}, {"op": "refuse"}]
+    apply_entry(consumer, encode_batch([encode_command(c) for c in commands]))
+    # One read, of the state after the whole entry (the refusal and the error count as applies).
+    assert reads == [4] and dues == [4]
+    apply_entry(consumer, encode_command({"op": "incr", "key": "n"}))  # a plain entry reads it too
+    assert reads == [4, 5] and dues == [4, 5]
+
+
 def test_a_malformed_item_fails_alone_and_an_undecodable_batch_fails_whole():
     consumer = replica()
     good = encode_command({"op": "set", "key": "k", "value": 1})
