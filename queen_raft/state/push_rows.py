@@ -73,7 +73,7 @@ def push_rows(broker: Broker, rows: list[list], producer_sub: str | None, now: i
                 target = touched[(queue_name, partition_name)] = _Target(broker, queue_name, partition_name, now)
             last_queue_name, last_partition_name = queue_name, partition_name
             queue, dedup, max_payload_bytes, max_size = target.queue, target.dedup, target.max_payload_bytes, target.max_size
-            expires_at = target.expires_at
+            expires_at, expiring = target.expires_at, target.expiring
         status, error = "queued", None
         duplicate = dedup.get(txn)
         if duplicate is not None and duplicate[2] > now:
@@ -87,9 +87,9 @@ def push_rows(broker: Broker, rows: list[list], producer_sub: str | None, now: i
             offset = target.next_offset
             target.next_offset = offset + 1
             target.log.append((txn, message_id, payload, now, producer_sub, trace_id, encrypted))
-            if expires_at is not None:
+            if expiring is not None:
                 dedup[txn] = (offset, message_id, expires_at)
-                target.dedup_expiry.append((expires_at, txn))
+                expiring.append(txn)
             appended += 1
         if answering:
             result = {"index": index, "messageId": message_id, "transactionId": txn,
@@ -98,6 +98,9 @@ def push_rows(broker: Broker, rows: list[list], producer_sub: str | None, now: i
             if error is not None:
                 result["error"] = error
             results.append(result)
+    for target in touched.values():
+        if target.expiring:  # one expiry entry for all the ids the command appended here
+            target.dedup_expiry.append((target.expires_at, target.expiring))
     broker.pushed += appended
     return results
 
@@ -108,15 +111,16 @@ class _Target:
     created only when a row is appended to it (a push whose rows all fail creates none)."""
 
     __slots__ = ("queue", "partition_name", "log", "dedup", "dedup_expiry", "next_offset",
-                 "max_payload_bytes", "max_size", "expires_at")
+                 "max_payload_bytes", "max_size", "expires_at", "expiring")
 
     def __init__(self, broker: Broker, queue_name: str, partition_name: str, now: int) -> None:
         queue = self.queue = broker.queue(queue_name)
         self.partition_name = partition_name
         self.max_payload_bytes = queue.max_payload_bytes
         self.max_size = queue.max_size
-        # A window of 0 keeps no dedup entries.
-        self.expires_at = now + queue.dedup_window_ms if queue.dedup_window_ms > 0 else None
+        # The ids appended with a dedup entry, all expiring at `expires_at` (a window of 0 keeps none).
+        self.expires_at = now + queue.dedup_window_ms
+        self.expiring: list[str] | None = [] if queue.dedup_window_ms > 0 else None
         partition = queue.partitions.get(partition_name)
         if partition is None:
             self.log = self.dedup_expiry = None
