@@ -16,12 +16,13 @@ from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
 from queen_raft.api.long_poll import ride_tick_during, wait_riding_tick
 from queen_raft.api.pop_answer import pop_answer_body
-from queen_raft.api.requests import is_int, json_body, json_response, query_bool, query_int
+from queen_raft.api.push_parsing import MAX_PUSH_ITEMS, encrypt_push_rows, plain_push_rows, push_command, push_items_of
+from queen_raft.api.requests import body_bytes, is_int, json_body, json_response, parse_json, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
+from queen_raft.api.wire_json import NOT_READ, loads_without_integer_scan, may_hold_wide_integer
 from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
 from queen_raft.state.message_items import ACK_STATUSES
-from queen_raft.raft.command_forms import PUSH_ROWS_LEVEL
 from queen_raft.state.push_rows import PUSH_ROW_FIELDS
 
 BAD_REQUEST = "bad_request"
@@ -29,7 +30,6 @@ ANSWER_TOO_LARGE = "answer_too_large"
 UNAVAILABLE = "unavailable"
 
 # One call is one Raft entry: bound the items so an entry stays small enough to replicate fast.
-MAX_PUSH_ITEMS = 1000
 MAX_ACK_ITEMS = 1000
 MAX_FETCH_ENTRIES = 64
 # Pop: the longest a long poll holds a connection (the batch bound is the state's MAX_POP_BATCH).
@@ -97,16 +97,7 @@ def wire_message(message: dict, cipher: PayloadCipher | None) -> dict:
 
 
 def parse_push_items(body: Any) -> list[dict]:
-    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-        raise bad_request('the body must be {"items": [...]}')
-    extra = sorted(body.keys() - {"items"})
-    if extra:
-        raise bad_request(f"unknown top-level field(s): {', '.join(extra)}")
-    raw_items = body["items"]
-    if not raw_items:
-        raise bad_request("items is empty")
-    if len(raw_items) > MAX_PUSH_ITEMS:
-        raise bad_request(f"{len(raw_items)} items is over the cap of {MAX_PUSH_ITEMS} per call")
+    raw_items = push_items_of(body)
     # One clock read and one os.urandom for the call's messageIds, not one of each per item.
     return [parse_push_item(raw, f"items[{i}]", message_id=message_id)
             for i, (raw, message_id) in enumerate(zip(raw_items, new_message_ids(len(raw_items))))]
@@ -174,17 +165,26 @@ def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> 
 _push_row = itemgetter(*PUSH_ROW_FIELDS)
 
 
-def push_command(serving: ServingNode, tenant: str, producer_sub: str | None, items: list[dict]) -> dict:
-    if serving.groups[tenant].peers_apply(PUSH_ROWS_LEVEL):
-        return {"op": "push", "producerSub": producer_sub, "rows": list(map(_push_row, items))}
-    return {"op": "push", "producerSub": producer_sub, "items": items}
+def push_rows_of(raw: bytes) -> list[list]:
+    """The rows of a push call's body: straight into rows when every item is plain (push_parsing.py),
+    else item by item with every check, which gives the refusals. A plain item holds no number, so
+    orjson reads without the scan for integers past 64 bits, and the checked path reads exactly."""
+    body = loads_without_integer_scan(raw)
+    if body is not NOT_READ:
+        raw_items = push_items_of(body)
+        rows = plain_push_rows(raw_items, new_message_ids(len(raw_items)))
+        if rows is not None:
+            return rows
+    if body is NOT_READ or may_hold_wide_integer(raw):
+        body = parse_json(raw, BAD_REQUEST)
+    return [list(_push_row(item)) for item in parse_push_items(body)]
 
 
 async def post_push(request: web.Request) -> web.Response:
     serving = serving_of(request)
     principal = require(serving.config, request, Access.PRODUCE)
-    items = parse_push_items(await json_body(request, BAD_REQUEST))
-    command = push_command(serving, principal.tenant, principal.sub, encrypt_push_items(serving, principal.tenant, items))
+    rows = push_rows_of(await body_bytes(request, BAD_REQUEST))
+    command = push_command(serving, principal.tenant, principal.sub, encrypt_push_rows(serving, principal.tenant, rows))
     result = await propose(serving, principal.tenant, command, UNAVAILABLE)
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")

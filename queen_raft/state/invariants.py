@@ -20,7 +20,7 @@ from .fired_memory import (
     F_EXPIRES_AT, F_FIRED_AT, F_KEY, F_MESSAGE_ID, F_PARTITION, F_QUEUE, F_TXN, F_WHERE, RECORD_FIELDS,
     FiredMemory,
 )
-from .partition import MSG_CREATED_AT, MSG_ID, MSG_TXN, Partition
+from .partition import MSG_CREATED_AT, MSG_ID, MSG_TXN, Partition, expiry_txns
 from .timer_entries import entry_of, timer_of
 from .timers import R_DELIVER_AT, T_CREATED_AT, T_DUE_AT, T_KEY, T_QUEUE, T_RETRY, T_UPDATED_AT, \
     TIMER_FIELDS, TimerTable
@@ -73,7 +73,7 @@ def check_partition(partition: Partition, clock: int) -> None:
     require(all(a[MSG_CREATED_AT] <= b[MSG_CREATED_AT] for a, b in pairwise(log)),
             f"{partition.name}: createdAt decreases along the log")
     require(not log or log[-1][MSG_CREATED_AT] <= clock, f"{partition.name}: a message after the group clock")
-    queued = set(partition.dedup_expiry)
+    queued = {(expires_at, txn) for expires_at, txns in partition.dedup_expiry for txn in expiry_txns(txns)}
     for txn, (offset, message_id, expires_at) in partition.dedup.items():
         require(offset < end, f"{partition.name}: dedup entry of {txn!r} past the log's end")
         if offset >= base:

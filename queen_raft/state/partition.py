@@ -9,7 +9,8 @@ deterministic: it depends only on the entries applied.
   encrypted)`; its offset is its position plus `base`. Tuples keep a fired timer's message small.
 - Dedup window: `transactionId -> (offset, messageId, expiresAt)`, with `expiresAt = createdAt +
   dedupWindowSeconds` fixed when the message is appended (a later `configure` does not move it).
-  A deque of `(expiresAt, transactionId)` in append order is pruned whenever an entry touches the
+  A deque of `(expiresAt, transactionId)` (or of one push command's ids: `expiry_txns`) in
+  append order is pruned whenever an entry touches the
   partition, so the index holds at most one window of pushes. A window of 0 keeps no entries.
   Because the group clock never runs backwards, the deque is ordered unless the window was
   shortened; an entry then waits behind a longer-lived one, but a lookup checks `expiresAt`, so
@@ -46,6 +47,13 @@ RETENTION_TRIM_CHUNK = 1024
 
 def _created_at(message: tuple) -> int:
     return message[MSG_CREATED_AT]
+
+
+def expiry_txns(txns: str | list[str]) -> tuple[str] | list[str]:
+    """The transactionIds of one `dedup_expiry` entry: `(expiresAt, transactionId)`, or
+    `(expiresAt, [transactionId, ...])` for those one push command appended to the partition
+    (push_rows.py: one entry per command, not per message). A snapshot holds one pair per id."""
+    return (txns,) if type(txns) is str else txns
 
 
 class Lease:
@@ -119,7 +127,7 @@ class Partition:
         self.base = 0
         self.log: list[tuple] = []
         self.dedup: dict[str, tuple[int, str, int]] = {}
-        self.dedup_expiry: deque[tuple[int, str]] = deque()
+        self.dedup_expiry: deque[tuple[int, str | list[str]]] = deque()
         self.groups: dict[str, GroupCursor] = {}
 
     @property
@@ -162,10 +170,10 @@ class Partition:
         expiry = self.dedup_expiry
         dedup = self.dedup
         while expiry and expiry[0][0] <= now:
-            _, txn = expiry.popleft()
-            entry = dedup.get(txn)
-            if entry is not None and entry[2] <= now:
-                del dedup[txn]
+            for txn in expiry_txns(expiry.popleft()[1]):
+                entry = dedup.get(txn)
+                if entry is not None and entry[2] <= now:
+                    del dedup[txn]
         if retention_ms > 0 and self.groups and self.log:
             low = min(group.cursor for group in self.groups.values())
             hi = min(low - self.base, len(self.log))
@@ -234,7 +242,7 @@ class Partition:
             # message and per expiry, which a snapshot of a long log spent a third of its time on.
             list(self.log),
             sorted([txn, *entry] for txn, entry in self.dedup.items()),
-            list(self.dedup_expiry),
+            [(expires_at, txn) for expires_at, txns in self.dedup_expiry for txn in expiry_txns(txns)],
             sorted([name, cursor.to_wire()] for name, cursor in self.groups.items()),
         ]
 

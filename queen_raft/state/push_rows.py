@@ -58,40 +58,38 @@ def push_rows(broker: Broker, rows: list[list], producer_sub: str | None, now: i
     """Applies validated rows; their results in order (none when `answering` is False).
 
     The steps of `Broker.push_message` and `Partition.append`, inlined (the hot path of a push
-    call on every replica): a change there goes here too, as it goes to fire.fire."""
+    call on every replica): a change there goes here too, as it goes to fire.fire. What a row
+    reads of its queue and partition is taken once per run of rows to the same pair
+    (`_Target`), not once per row."""
     results: list[dict] = []
-    touched: dict[tuple[str, str], list] = {}
+    touched: dict[tuple[str, str], _Target] = {}
     last_queue_name = last_partition_name = None
     appended = 0
     for index, (queue_name, partition_name, payload, txn, message_id, trace_id,
                 encrypted) in enumerate(rows):
         if queue_name != last_queue_name or partition_name != last_partition_name:
-            found = touched.get((queue_name, partition_name))
-            if found is None:
-                queue = broker.queue(queue_name)
-                partition = queue.partitions.get(partition_name)
-                if partition is not None:
-                    partition.prune(now, queue.retention_ms)
-                found = touched[(queue_name, partition_name)] = [queue, partition]
-            queue, partition = found
+            target = touched.get((queue_name, partition_name))
+            if target is None:
+                target = touched[(queue_name, partition_name)] = _Target(broker, queue_name, partition_name, now)
             last_queue_name, last_partition_name = queue_name, partition_name
-            window_ms = queue.dedup_window_ms
+            queue, dedup, max_payload_bytes, max_size = target.queue, target.dedup, target.max_payload_bytes, target.max_size
+            expires_at, expiring = target.expires_at, target.expiring
         status, error = "queued", None
-        duplicate = None if partition is None else partition.dedup.get(txn)
+        duplicate = dedup.get(txn)
         if duplicate is not None and duplicate[2] > now:
             status, offset, message_id = "duplicate", duplicate[0], duplicate[1]
-        elif (len(payload) > queue.max_payload_bytes or queue.max_size) and \
-                (error := queue.admit(len(payload))) is not None:
+        elif (len(payload) > max_payload_bytes or max_size) and (error := queue.admit(len(payload))) is not None:
             status, offset = "error", None
         else:
-            if partition is None:
-                partition = found[1] = queue.partition(partition_name)
-            log = partition.log
-            offset = partition.base + len(log)
-            log.append((txn, message_id, payload, now, producer_sub, trace_id, encrypted))
-            if window_ms > 0:
-                partition.dedup[txn] = (offset, message_id, now + window_ms)
-                partition.dedup_expiry.append((now + window_ms, txn))
+            if target.log is None:
+                target.create_partition()
+                dedup = target.dedup
+            offset = target.next_offset
+            target.next_offset = offset + 1
+            target.log.append((txn, message_id, payload, now, producer_sub, trace_id, encrypted))
+            if expiring is not None:
+                dedup[txn] = (offset, message_id, expires_at)
+                expiring.append(txn)
             appended += 1
         if answering:
             result = {"index": index, "messageId": message_id, "transactionId": txn,
@@ -100,5 +98,43 @@ def push_rows(broker: Broker, rows: list[list], producer_sub: str | None, now: i
             if error is not None:
                 result["error"] = error
             results.append(result)
+    for target in touched.values():
+        if target.expiring:  # one expiry entry for all the ids the command appended here
+            target.dedup_expiry.append((target.expires_at, target.expiring))
     broker.pushed += appended
     return results
+
+
+class _Target:
+    """One (queue, partition) a push command touches: the queue, and the partition's log and dedup
+    index as locals of the loop. The partition is pruned when the command first touches it, and
+    created only when a row is appended to it (a push whose rows all fail creates none)."""
+
+    __slots__ = ("queue", "partition_name", "log", "dedup", "dedup_expiry", "next_offset",
+                 "max_payload_bytes", "max_size", "expires_at", "expiring")
+
+    def __init__(self, broker: Broker, queue_name: str, partition_name: str, now: int) -> None:
+        queue = self.queue = broker.queue(queue_name)
+        self.partition_name = partition_name
+        self.max_payload_bytes = queue.max_payload_bytes
+        self.max_size = queue.max_size
+        # The ids appended with a dedup entry, all expiring at `expires_at` (a window of 0 keeps none).
+        self.expires_at = now + queue.dedup_window_ms
+        self.expiring: list[str] | None = [] if queue.dedup_window_ms > 0 else None
+        partition = queue.partitions.get(partition_name)
+        if partition is None:
+            self.log = self.dedup_expiry = None
+            self.dedup = {}  # nothing to find before the partition exists
+            self.next_offset = 0
+        else:
+            partition.prune(now, queue.retention_ms)
+            self._take(partition)
+
+    def create_partition(self) -> None:
+        self._take(self.queue.partition(self.partition_name))
+
+    def _take(self, partition) -> None:
+        self.log = partition.log
+        self.dedup = partition.dedup
+        self.dedup_expiry = partition.dedup_expiry
+        self.next_offset = partition.base + len(partition.log)

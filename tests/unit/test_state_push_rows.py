@@ -63,3 +63,22 @@ def test_a_push_with_both_items_and_rows_is_refused():
     state = TenantState()
     answer = state.apply(shipped({"op": "push", "now": T0, "items": [ITEM], "rows": [row(ITEM)]}))
     assert answer["error"] == "bad_request" and state.broker.pushed == 0
+
+
+def test_a_push_command_queues_one_dedup_expiry_per_partition_and_it_prunes_and_snapshots_per_id():
+    state = TenantState()
+    state.apply({"op": "configure", "now": T0, "queue": "q", "options": {"dedupWindowSeconds": 10}})
+    rows = [row(dict(ITEM, transactionId=f"t{i}", messageId=f"m{i}")) for i in range(3)]
+    rows.append(row(dict(ITEM, partition="eu", transactionId="e1", messageId="me1")))
+    state.apply(shipped({"op": "push", "now": T0, "producerSub": "s", "rows": rows}))
+    default = state.broker.queues["q"].partitions["Default"]
+    assert list(default.dedup_expiry) == [(T0 + 10_000, ["t0", "t1", "t2"])]
+    restored = TenantState.restore(state.snapshot())
+    assert list(restored.broker.queues["q"].partitions["Default"].dedup_expiry) == \
+        [(T0 + 10_000, "t0"), (T0 + 10_000, "t1"), (T0 + 10_000, "t2")]
+    assert restored.snapshot() == state.snapshot()
+    for replica in (state, restored):
+        later = replica.apply(shipped({"op": "push", "now": T0 + 10_000, "producerSub": "s", "rows": rows[:1]}))
+        assert later["results"][0]["status"] == "queued"  # the window ended: t0 is new again
+        assert set(replica.broker.queues["q"].partitions["Default"].dedup) == {"t0"}
+    assert restored.snapshot() == state.snapshot()
