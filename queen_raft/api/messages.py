@@ -10,13 +10,15 @@ from aiohttp import web
 
 from queen_raft.api.auth import Access, require
 from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base64, json_value_to_bytes, payload_fields
-from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError, encryption_unavailable
+from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
 from queen_raft.api.long_poll import ride_tick_during, wait_riding_tick
 from queen_raft.api.pop_answer import pop_answer_body
-from queen_raft.api.push_parsing import MAX_PUSH_ITEMS, encrypt_push_rows, plain_push_rows, push_command, push_items_of
+from queen_raft.api.push_parsing import (
+    MAX_PUSH_ITEMS, encrypt_push_rows, plain_push_rows, push_command, push_items_of, queues_to_encrypt,
+)
 from queen_raft.api.requests import body_bytes, is_int, json_body, json_response, parse_json, query_bool, query_int
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
@@ -149,13 +151,9 @@ def _refuse_foreign_fields(raw: dict, where: str, extra_fields: frozenset[str]) 
 
 def encrypt_push_items(serving: ServingNode, tenant: str, items: list[dict]) -> list[dict]:
     """Items for queues with encryptionEnabled are encrypted here, by the proposing node."""
-    queues = {item["queue"] for item in items}
-    options = serving.groups[tenant].peek_local(lambda state: {q: state.queue_options(q) for q in queues})
-    encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
+    encrypting = queues_to_encrypt(serving, tenant, {item["queue"] for item in items})
     if not encrypting:
         return items
-    if serving.cipher is None:
-        raise encryption_unavailable(encrypting)
     return [dict(item, payload=serving.cipher.encrypt(item["payload"]), encrypted=True) if item["queue"] in encrypting
             else item for item in items]
 

@@ -75,16 +75,21 @@ def plain_push_rows(raw_items: list, message_ids: list[str]) -> list[list] | Non
     return rows
 
 
+def queues_to_encrypt(serving: ServingNode, tenant: str, queues: set[str]) -> set[str]:
+    """Which of `queues` have encryptionEnabled; ApiError if some do and this node has no key."""
+    options = serving.groups[tenant].peek_local(lambda state: {q: state.queue_options(q) for q in queues})
+    encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
+    if encrypting and serving.cipher is None:
+        raise encryption_unavailable(encrypting)
+    return encrypting
+
+
 def encrypt_push_rows(serving: ServingNode, tenant: str, rows: list[list]) -> list[list]:
     """messages.encrypt_push_items for rows: the payloads of rows to queues with
     encryptionEnabled are encrypted here, by the proposing node (the rows are changed in place)."""
-    queues = {row[ROW_QUEUE] for row in rows}
-    options = serving.groups[tenant].peek_local(lambda state: {q: state.queue_options(q) for q in queues})
-    encrypting = {q for q, o in options.items() if o and o.get("encryptionEnabled")}
+    encrypting = queues_to_encrypt(serving, tenant, {row[ROW_QUEUE] for row in rows})
     if not encrypting:
         return rows
-    if serving.cipher is None:
-        raise encryption_unavailable(encrypting)
     for row in rows:
         if row[ROW_QUEUE] in encrypting:
             row[ROW_PAYLOAD] = serving.cipher.encrypt(row[ROW_PAYLOAD])
