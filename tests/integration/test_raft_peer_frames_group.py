@@ -19,12 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from queen_raft.api.metrics import ApiMetrics
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.connection import FastTcpConnection
+from queen_raft.raft.settings import CONNECTION_TIMEOUT_S
 from test_raft_group_inprocess import groups, wait_until  # noqa: F401 (groups is a fixture)
 
 pytestmark = pytest.mark.integration
 
 _PORTS = itertools.count(17800)
 PASSWORD = "mixed group password"
+# The rejoin hold's bound (connection timeout + retry), an election timeout, and room for a loaded machine.
+ELECTION_WITH_HOLD_S = CONNECTION_TIMEOUT_S + RaftSettings().connection_retry_s + RaftSettings().election_max_s + 4.0
 
 
 def links(member) -> dict[str, FastTcpConnection]:
@@ -69,7 +72,9 @@ async def mixed_group(groups):  # noqa: F811
         for addr, port in ((new_a, ports[1]), (new_b, ports[2])):
             mixed.by_addr[addr] = member(addr, port)
             mixed.by_addr[addr].start_tick_loop(loop)
-        await wait_until(lambda: any(m.is_leader for m in mixed.by_addr.values()), 5.0)
+        # Two of three started: each holds its candidacy while the third is unreachable, for up to
+        # the rejoin hold's bound (snapshot_guard.py), then elects within an election timeout.
+        await wait_until(lambda: any(m.is_leader for m in mixed.by_addr.values()), ELECTION_WITH_HOLD_S)
         mixed.by_addr[old_addr] = member(old_addr, ports[0])
         mixed.by_addr[old_addr].start_tick_loop(loop)
         await wait_until(lambda: all(m.leader_addr() for m in mixed.by_addr.values()), 5.0)
