@@ -43,9 +43,12 @@ BOOT_TIMEOUT_S = 60.0
 HTTP_CONNECTION_LIMIT = 64
 # Settings of every harness cluster. A snapshot starts once the log holds this many entries past the
 # last one (the default, 2000, is a minute or more of a run's load): a run then sees several
-# snapshots, and the snapshot nemeses find writers running within seconds. The pending-timer quota
+# snapshots, and the snapshot nemeses find writers running within seconds; the log is not made to
+# wait until it is worth a snapshot next to the last one (ratio 0), so that holds whatever the
+# workload's entries weigh. The pending-timer quota
 # is set far above any preload, so a default quota can never refuse one.
-HARNESS_SETTINGS = {"log_compaction_min_entries": 500, "timers_max_pending": 5_000_000}
+HARNESS_SETTINGS = {"log_compaction_min_entries": 500, "log_compaction_log_to_snapshot_ratio": 0,
+                    "timers_max_pending": 5_000_000}
 
 EXIT_VALID = 0
 EXIT_INVALID = 1

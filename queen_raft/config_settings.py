@@ -151,6 +151,9 @@ SETTING_SPECS: tuple[_SettingSpec, ...] = (
     # This and the compaction count default to queen_raft.raft.RaftSettings' measured values.
     _SettingSpec("max_in_flight", "QUEEN_RAFT_MAX_IN_FLIGHT", 2048, _parse_int, _int_at_least(1)),
     _SettingSpec("log_compaction_min_entries", "QUEEN_RAFT_LOG_COMPACTION_MIN_ENTRIES", 2000, _parse_int, _int_at_least(1)),
+    # ...and once the log's commands hold at least this fraction of the last snapshot's bytes (0: off).
+    _SettingSpec("log_compaction_log_to_snapshot_ratio", "QUEEN_RAFT_LOG_COMPACTION_LOG_TO_SNAPSHOT_RATIO", 0.5,
+                 _parse_float, _non_negative_number),
     # The timer routes
     _SettingSpec("timers_max_ops_per_call", "QUEEN_TIMERS_MAX_OPS_PER_CALL", 256, _parse_int, _int_at_least(1)),
     # None ("none", "unlimited" in the environment) disables the quota.
@@ -215,6 +218,7 @@ class Settings:
     connection_retry_s: float = 0.5
     max_in_flight: int = 2048
     log_compaction_min_entries: int = 2000
+    log_compaction_log_to_snapshot_ratio: float = 0.5
     timers_max_ops_per_call: int = 256
     timers_max_pending: int | None = DEFAULT_TIMERS_MAX_PENDING
     timers_max_horizon_s: int = 7_776_000

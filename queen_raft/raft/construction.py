@@ -124,6 +124,9 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     syncobj = CoalescingSyncObj(
         self_addr, peer_addrs, conf=conf, consumers=[consumer], transportClass=transport_class
     )
+    turn.log_bytes = lambda: getattr(syncobj._SyncObj__raftLog, "size_bytes", None)
+    turn.snapshot_path = files.full_dump_file
+    turn.log_to_snapshot_ratio = settings.log_compaction_log_to_snapshot_ratio
     install_quiet_compaction(syncobj, turn)
     install_snapshot_repair(syncobj, turn)
     if settings.fsync == "group":

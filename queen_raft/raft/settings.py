@@ -104,6 +104,7 @@ SETTINGS_FIELDS = {
     "connection_retry_s": "connection_retry_s",
     "max_in_flight": "max_in_flight",
     "log_compaction_min_entries": "log_compaction_min_entries",
+    "log_compaction_log_to_snapshot_ratio": "log_compaction_log_to_snapshot_ratio",
     "password": "raft_password",
     "handshake_timeout_s": "raft_handshake_timeout_s",
 }
@@ -144,6 +145,8 @@ class RaftSettings:
     # FileJournal keeps every entry in RAM and has uint32 offsets: compact by count well before
     # large entries can fill 4 GiB (2000 x 1 MiB = 2 GiB worst case).
     log_compaction_min_entries: int = _DEFAULTS.log_compaction_min_entries
+    # ...and not before the log holds this fraction of the last snapshot's bytes (compaction_turn.py).
+    log_compaction_log_to_snapshot_ratio: float = _DEFAULTS.log_compaction_log_to_snapshot_ratio
     # Peer authentication (Fernet): the peer protocol is pickle, so an open port is remote code
     # execution. A node always has one (queen_raft.peer_password); TenantGroup refuses None off
     # loopback, and in-process tests on loopback may leave it out.
