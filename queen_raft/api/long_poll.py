@@ -1,5 +1,5 @@
-"""A long poll's waits (the first look through the read barrier, then waits for an apply on this
-node), with its pop parked meanwhile to ride the leader's next tick.
+"""A long poll's waits for an apply on this node, with its pop parked meanwhile to ride the
+leader's next tick.
 
 On the leader, a long poll that found nothing to deliver parks its pop (raft/tick_riders.py) while
 it waits. If the tick loop takes the pop into a tick entry, the long poll's answer is that pop's
@@ -7,10 +7,10 @@ answer, whatever ended the wait: the pop may have committed, and with autoAck it
 settled, so dropping the answer would lose them. If nothing took it, the wait ends as a plain wait
 does and the pop is unparked.
 
-The pop is parked during the first look too: that look is a read barrier, a commit round, and a
-tick proposed meanwhile would otherwise fire without it. A pop taken then is still ordered after
-every write acknowledged before the call began: the tick entry carrying it is proposed after the
-pop was parked.
+A long poll that finds nothing parks at once, with no read barrier first (api/messages.py gives
+an empty answer only after one): a pop taken by a tick is still ordered after every write
+acknowledged before the call began, since the tick entry carrying it is proposed after the pop was
+parked; and a write this replica has not applied yet wakes the wait when it does.
 
 On a follower (no tick proposes there), or when another long poll of the same queue, partition and
 consumer group is already parked, the waits are the plain ones.

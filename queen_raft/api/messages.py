@@ -14,7 +14,7 @@ from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
 from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
-from queen_raft.api.long_poll import ride_tick_during, wait_riding_tick
+from queen_raft.api.long_poll import wait_riding_tick
 from queen_raft.api.pop_answer import pop_answer_body
 from queen_raft.api.push_parsing import (
     MAX_PUSH_ITEMS, encrypt_push_rows, plain_push_rows, push_command, push_items_of, queues_to_encrypt,
@@ -211,17 +211,6 @@ def _pop_response(result: dict, cipher: PayloadCipher | None) -> web.Response:
                           "messages": [wire_message(m, cipher) for m in result["messages"]]}, floats_finite=True)
 
 
-async def _first_look(serving: ServingNode, tenant: str, turn_key: tuple, command_args: dict,
-                      deliverable: Any, wait: bool) -> tuple[bool, dict | None]:
-    """(deliverable, pop answer) after the read barrier; a long poll's pop rides a tick proposed
-    during the barrier's round (long_poll.py), and its answer, when it has messages, is the call's."""
-    barrier = read(serving, tenant, deliverable, UNAVAILABLE)
-    if not wait:
-        return await barrier, None
-    ready, rode = await ride_tick_during(serving.groups[tenant], turn_key, command_args, barrier)
-    return bool(ready), None if rode is None else _pop_answer(rode)
-
-
 async def get_pop(request: web.Request) -> web.Response:
     """A pop is a write (it takes a lease). The long poll waits on applies and proposes a pop only
     when the state says one would return something, so an idle consumer adds no log entries
@@ -247,17 +236,18 @@ async def get_pop(request: web.Request) -> web.Response:
     signal = serving.apply_signals[tenant]
     deadline = time.monotonic() + (timeout_ms / 1000.0 if wait else 0.0)
     # A pop right after an acknowledged push must see it, and this replica may not have applied it
-    # yet: when nothing is deliverable here, the first check goes through the barrier. When
-    # something is, the pop is proposed at once: it is a write, ordered after every acknowledged
-    # one, so the barrier's round trip would only delay it (a consumer coming back for the fires
-    # that landed during its last pop paid one commit more per cycle).
+    # yet, so an empty answer (204) is given only after a read barrier that began after the call
+    # did. When something is deliverable here, the pop is proposed at once: it is a write, ordered
+    # after every acknowledged one. A long poll that finds nothing waits at once, its pop parked to
+    # ride the next tick (long_poll.py): what this replica has yet to apply wakes it as it applies,
+    # and the barrier comes only if the wait ends empty, so a consumer coming back for the next
+    # fires costs no commit round of its own.
     seen = signal.generation
     turn_key = (tenant, queue, partition, group_name)
     ready = group.peek_local(deliverable)
-    if not ready:
-        ready, result = await _first_look(serving, tenant, turn_key, command_args, deliverable, wait)
-        if result is not None:
-            return _pop_response(result, serving.cipher)
+    confirmed = ready  # else a barrier must pass before an empty answer
+    if not ready and not wait:
+        ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
     while True:
         if ready:
             async with serving.pop_turns.turn(turn_key):
@@ -267,8 +257,13 @@ async def get_pop(request: web.Request) -> web.Response:
             if result is not None:
                 return _pop_response(result, serving.cipher)
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or request.transport is None or request.transport.is_closing():
+        if request.transport is None or request.transport.is_closing():
             return web.Response(status=204)
+        if remaining <= 0:
+            if confirmed:
+                return web.Response(status=204)
+            ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
+            continue
         applied, rode = await wait_riding_tick(group, signal, turn_key, command_args, min(remaining, LONG_POLL_RECHECK_S), seen)
         seen = signal.generation
         result = None if rode is None else _pop_answer(rode)
@@ -277,7 +272,7 @@ async def get_pop(request: web.Request) -> web.Response:
         if applied:
             ready = group.peek_local(deliverable)
         else:
-            ready = await read(serving, tenant, deliverable, UNAVAILABLE)
+            ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
 
 
 # --- ack -------------------------------------------------------------------------------------

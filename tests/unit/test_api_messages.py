@@ -108,6 +108,52 @@ async def test_long_poll_wakes_on_an_apply_without_proposing_empty_pops():
         assert [c["op"] for c in group.writes()] == ["push", "pop"]
 
 
+async def test_a_long_poll_waits_at_once_and_its_empty_answer_passes_one_barrier():
+    async with ApiHarness() as api:
+        group = api.groups["acme"]
+        barriers, barrier = [], group.read
+
+        async def read(fn):
+            barriers.append(fn)
+            return await barrier(fn)
+
+        group.read = read
+        waiting = asyncio.ensure_future(api.call("GET", "/api/v1/pop/queue/q?wait=true&timeout=5000"))
+        await asyncio.sleep(0.2)
+        await push(api, [{"queue": "q", "payload": "late"}])
+        status, _, _ = await asyncio.wait_for(waiting, 2)
+        assert status == 200 and [c["op"] for c in group.proposed] == ["push", "pop"] and barriers == []
+        status, _, _ = await api.call("GET", "/api/v1/pop/queue/q?wait=true&timeout=300")
+        assert status == 204 and len(barriers) == 1
+
+
+async def test_a_long_poll_on_a_replica_behind_answers_empty_only_after_a_barrier():
+    """An apply ends each wait (so no re-check barrier runs) while this replica does not yet show
+    the message acknowledged before the call: the barrier at the wait's end finds it."""
+    async with ApiHarness() as api:
+        group = api.groups["acme"]
+        await push(api, [{"queue": "q", "payload": "acknowledged"}])
+        behind = True
+        barrier = group.read
+
+        async def read(fn):
+            nonlocal behind
+            behind = behind and fn.__name__ != "deliverable"
+            return await barrier(fn)
+
+        peek = group.peek_local
+        group.peek_local = lambda fn: False if behind and fn.__name__ == "deliverable" else peek(fn)
+        group.read = read
+
+        async def an_apply_as_each_wait_ends(timeout_s: float, seen_generation: int) -> bool:
+            await asyncio.sleep(timeout_s)
+            return True
+
+        group.signal.wait = an_apply_as_each_wait_ends
+        status, _, popped = await asyncio.wait_for(api.call("GET", "/api/v1/pop/queue/q?wait=true&timeout=300"), 2)
+        assert status == 200 and popped["messages"][0]["payload"] == "acknowledged"
+
+
 async def test_long_poll_wakes_on_a_timer_fire():
     async with ApiHarness() as api:
         group = api.groups["acme"]
