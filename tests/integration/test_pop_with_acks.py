@@ -5,6 +5,7 @@ body changes nothing; the acks are settled before the long poll parks."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -14,6 +15,7 @@ import pytest
 
 from cluster_fixture import node_cluster, token  # noqa: F401  (node_cluster is a fixture)
 from queen_raft.api.openapi import response_schema
+from queen_raft.client import Queen
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +60,25 @@ def commit_index(cluster, leader: str) -> int:
     return body["groups"]["acme"]["commitIndex"]
 
 
+def wait_for_a_quiet_log(cluster, leader: str, quiet_s: float = 1.0, timeout_s: float = 20.0) -> None:
+    """Until the group's commit index holds still for quiet_s: a group just started commits a few
+    entries of its own (its first leader's), which would count against the rounds measured."""
+    deadline = time.monotonic() + timeout_s
+    last, since = commit_index(cluster, leader), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = commit_index(cluster, leader)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+    raise AssertionError(f"the commit index kept moving for {timeout_s} s")
+
+
 def test_a_round_of_ack_then_pop_is_one_entry_where_pop_then_ack_was_two(node_cluster):
     cluster = node_cluster
     leader = cluster.role_of("acme", "leader")
+    wait_for_a_quiet_log(cluster, leader)
     follower = cluster.role_of("acme", "follower")
     queue = unique("rounds")
     txns = [f"m{i}" for i in range(BATCH * (3 * ROUNDS + 1))]
@@ -112,6 +130,7 @@ def test_a_malformed_body_is_400_and_changes_nothing(node_cluster, body):
     leader = node_cluster.role_of("acme", "leader")
     queue = unique("malformed")
     push(node_cluster, leader, queue, ["a"])
+    wait_for_a_quiet_log(node_cluster, leader, quiet_s=0.3)
     before = commit_index(node_cluster, leader)
     status, answer = checked(node_cluster, leader, "POST", POP, f"/api/v1/pop/queue/{queue}", body)
     assert (status, answer["error"]) == (400, "bad_request")
@@ -158,3 +177,27 @@ def test_nothing_after_the_wait_answers_200_with_the_verdicts(node_cluster):
                              acks_of(popped))
     assert status == 200
     assert answer == {"leaseId": None, "messages": [], "acknowledgments": [{"index": 0, "success": True, "dlq": False}]}
+
+
+def test_the_sdk_loop_sends_each_batchs_acks_with_the_next_pop_one_entry_a_round(node_cluster):
+    leader = node_cluster.role_of("acme", "leader")
+    queue = unique("sdk")
+    txns = [f"s{i}" for i in range(BATCH * (ROUNDS + 1))]
+    push(node_cluster, leader, queue, txns)
+    wait_for_a_quiet_log(node_cluster, leader)
+
+    async def consume() -> tuple[list[str], list[int]]:
+        taken, entries = [], []
+        async with Queen(urls=[node_cluster.url(n) for n in node_cluster.node_ids], token=RW) as q:
+            async for batch in q.consume_batches(queue, group="sdk", batch=BATCH, wait="2s"):
+                entries.append(commit_index(node_cluster, leader))
+                taken += [m.transaction_id for m in batch]
+                assert all(a.success for a in batch.previous_acks)
+                batch.ack_rest()
+                if len(entries) == ROUNDS + 1:
+                    return taken, entries
+        raise AssertionError("the loop ended")
+
+    taken, entries = asyncio.run(consume())
+    assert taken == txns
+    assert [b - a for a, b in zip(entries, entries[1:])] == [1] * ROUNDS
