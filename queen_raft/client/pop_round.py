@@ -102,6 +102,10 @@ class Batch:
     messages: list[Message]
     previous_acks: list[AckResult]
     _settled: dict[int, Settlement] = field(default_factory=dict, repr=False)
+    _positions: dict[int, int] = field(default_factory=dict, repr=False)  # id(message) -> its place
+
+    def __post_init__(self) -> None:
+        self._positions = {id(m): i for i, m in enumerate(self.messages)}
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)
@@ -111,8 +115,8 @@ class Batch:
 
     def settle(self, message: Message, status: str = "completed", error: str | None = None) -> None:
         """Record how `message` (one of this batch's) is settled; a later call for it replaces this one."""
-        position = next((i for i, m in enumerate(self.messages) if m is message), None)
-        if position is None:
+        position = self._positions.get(id(message))
+        if position is None or self.messages[position] is not message:
             raise ValueError(f"{message.queue} offset {message.offset} is not a message of this batch")
         self._settled[position] = Settlement(message, status, error)
 

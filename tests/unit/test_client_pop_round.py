@@ -71,3 +71,21 @@ async def test_consume_batches_sends_each_batchs_settlements_with_the_next_pop()
         assert ops(api)[5:] == ["pop", "ack", "pop", "ack", "pop"]
         failed = api.groups["acme"].writes()[6]["acknowledgments"][0]
         assert (failed["transactionId"], failed["status"], failed["error"]) == ("t0", "failed", "not yet")
+
+
+def test_a_batch_keeps_one_settlement_per_message_in_the_batchs_order_and_refuses_others():
+    from queen_raft.client import Message
+
+    def message(txn: str) -> Message:
+        return Message.from_wire({"leaseId": "L", "transactionId": txn, "partition": "Default", "offset": 0},
+                                 "q", None, None)
+
+    a, b, c = message("a"), message("b"), message("c")
+    batch = Batch([a, b], [])
+    batch.nack(b, "first try")
+    batch.retry(b)  # replaces the nack
+    batch.ack_rest()
+    assert [(s.message.transaction_id, s.status, s.error) for s in batch.settlements()] == [
+        ("a", "completed", None), ("b", "retry", None)]
+    with pytest.raises(ValueError, match="not a message of this batch"):
+        batch.ack(c)
