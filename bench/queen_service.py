@@ -153,20 +153,37 @@ class QueenClient:
             return []
         if status != 200:
             raise CallFailed(f"pop answered {status}: {answer}")
-        return [QueuedMessage(m["transactionId"], (answer["leaseId"], m["partition"])) for m in answer["messages"]]
+        return popped_messages(answer)
 
     async def ack(self, messages: list[QueuedMessage]) -> None:
         if not messages:
             return
-        lease_id = messages[0].ack_handle[0]
-        body = {"leaseId": lease_id, "acknowledgments": [
-            {"partition": m.ack_handle[1], "transactionId": m.txn, "status": "completed"} for m in messages]}
-        status, answer = await self._call("POST", "/api/v1/ack/batch", body)
+        status, answer = await self._call("POST", "/api/v1/ack/batch", ack_body(messages))
         if status != 200 or not all(item["success"] for item in answer["results"]):
             raise CallFailed(f"ack answered {status}: {answer}")
 
+    async def ack_then_pop(self, acked: list[QueuedMessage], batch: int) -> list[QueuedMessage]:
+        """One call: POST pop with the ack batch's body, settled and popped in one Raft entry."""
+        if not acked:
+            return await self.pop(batch)
+        status, answer = await self._call("POST", f"/api/v1/pop/queue/{self.endpoint.queue}?batch={batch}",
+                                          ack_body(acked))
+        if status != 200 or not all(item["success"] for item in answer["acknowledgments"]):
+            raise CallFailed(f"ack + pop answered {status}: {answer}")
+        return popped_messages(answer)
+
     async def close(self) -> None:
         await self._session.close()
+
+
+def popped_messages(answer: dict) -> list[QueuedMessage]:
+    return [QueuedMessage(m["transactionId"], (answer["leaseId"], m["partition"])) for m in answer["messages"]]
+
+
+def ack_body(messages: list[QueuedMessage]) -> dict:
+    """The ack batch's body for messages of one pop (one lease)."""
+    return {"leaseId": messages[0].ack_handle[0], "acknowledgments": [
+        {"partition": m.ack_handle[1], "transactionId": m.txn, "status": "completed"} for m in messages]}
 
 
 def compile_bytecode() -> None:

@@ -64,6 +64,10 @@ class TimerClient(Protocol):
     async def ack(self, messages: list[QueuedMessage]) -> None:
         """Acknowledge messages taken by pop, in one call."""
 
+    async def ack_then_pop(self, acked: list[QueuedMessage], batch: int) -> list[QueuedMessage]:
+        """Acknowledge `acked` (the previous pop's messages; none on the first round), then take up
+        to batch more, in the system's natural one round trip (each client says what that is)."""
+
     async def close(self) -> None: ...
 
 

@@ -135,16 +135,26 @@ class EtcdTimerClient:
                    t.encode() + b"\0" + PAYLOAD) for t in txns]))
 
     async def pop(self, batch: int) -> list[QueuedMessage]:
+        return await self.ack_then_pop([], batch)
+
+    async def ack_then_pop(self, acked: list[QueuedMessage], batch: int) -> list[QueuedMessage]:
+        """The pop's own two requests (a linearizable range of the ready keys, then the Txn that
+        moves them, compared on the revisions the range read), the acked keys' deletes riding in
+        that Txn. One Txn cannot do both: the pop's compare needs what its range read first."""
+        settle = [m.ack_handle for m in acked]
         for _ in range(POP_ATTEMPTS):
             answer = await self.gateway.call("/v3/kv/range", gw.range_request(
                 keys.READY, gw.prefix_end(keys.READY), limit=batch))
             ready = gw.kvs(answer)
             if not ready:
-                return []
-            taken = await self.gateway.call("/v3/kv/txn", keys.pop_txn(ready, now_ms() + POP_LEASE_MS))
+                break
+            taken = await self.gateway.call("/v3/kv/txn", keys.pop_txn(ready, now_ms() + POP_LEASE_MS, settle))
+            settle = []  # the Txn deleted them in either branch
             if taken.get("succeeded"):
                 return [QueuedMessage(kv["value"].split(b"\0", 1)[0].decode(),
                                       keys.LEASED + kv["key"][len(keys.READY):]) for kv in ready]
+        if settle:
+            await self.ack(acked)
         return []
 
     async def ack(self, messages: list[QueuedMessage]) -> None:

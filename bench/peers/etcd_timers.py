@@ -35,7 +35,8 @@ The queue: push is one Txn putting `q/ready/<id>` per message (id: the pushing c
 ns, its tag and a counter, so ids sort in push order). Pop ranges the first `batch` ready keys
 (linearizable) and moves them to `q/leased/<id>` (value: the lease deadline and the message) in
 one Txn that compares each key's mod_revision, so two consumers never take the same message (the
-loser reads again). Ack is one Txn deleting the leased keys. A reaper that moves expired leases
+loser reads again). Ack is one Txn deleting the leased keys; an ack sent with the next pop rides
+that pop's Txn instead (deleted in its success and its failure branch). A reaper that moves expired leases
 back to ready belongs to this design too; the bench never lets a lease expire, as for Redis.
 """
 
@@ -149,11 +150,14 @@ def queue_message_id(clock_ns: int, client_tag: str, seq: int) -> bytes:
     return b"%020d-%s-%09d" % (clock_ns, client_tag.encode(), seq)
 
 
-def pop_txn(ready: list[dict], lease_deadline_ms: int) -> dict:
-    """Move each ready message (kvs of a range) to leased, if nobody took it since the range."""
+def pop_txn(ready: list[dict], lease_deadline_ms: int, acked: list[bytes] = ()) -> dict:
+    """Move each ready message (kvs of a range) to leased, if nobody took it since the range. The
+    leased keys `acked` are deleted in either branch: an ack riding the pop is settled even when
+    the pop lost its race."""
     compare = [gw.mod_revision_is(kv["key"], kv["mod_revision"]) for kv in ready]
-    success = []
+    settle = [gw.delete(key) for key in acked]
+    success = list(settle)
     for kv in ready:
         success.append(gw.delete(kv["key"]))
         success.append(gw.put(LEASED + kv["key"][len(READY):], b"%d\0%s" % (lease_deadline_ms, kv["value"])))
-    return gw.txn(compare, success)
+    return gw.txn(compare, success, failure=settle or None)

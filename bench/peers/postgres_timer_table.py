@@ -88,6 +88,16 @@ WHERE id IN (SELECT id FROM messages WHERE queue = %(queue)s AND leased_until IS
 RETURNING id, txn
 """
 
+# The ack and the next pop as one statement: one transaction (autocommit), one round trip (a
+# prepared statement's Bind/Execute/Sync go out together). The acked rows are leased, so the pop's
+# subquery (leased_until IS NULL) never sees them, whichever order the two parts run in.
+ACK_THEN_POP_SQL = f"""
+WITH acked AS (DELETE FROM messages WHERE id = ANY(%(ids)s))
+UPDATE messages SET leased_until = {NOW_MS_SQL} + 300000
+WHERE id IN (SELECT id FROM messages WHERE queue = %(queue)s AND leased_until IS NULL
+             ORDER BY id LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+RETURNING id, txn
+"""
 
 @dataclass(frozen=True)
 class PostgresEndpoint:
@@ -182,6 +192,12 @@ class PostgresTimerTableClient:
         if messages:
             await self._run("DELETE FROM messages WHERE id = ANY(%(ids)s)", {"ids": [m.ack_handle for m in messages]},
                             fetch=False)
+
+    async def ack_then_pop(self, acked: list[QueuedMessage], batch: int) -> list[QueuedMessage]:
+        if not acked:
+            return await self.pop(batch)
+        rows = await self._run(ACK_THEN_POP_SQL, {"ids": [m.ack_handle for m in acked], "queue": QUEUE, "batch": batch})
+        return [QueuedMessage(txn, row_id) for row_id, txn in rows]
 
     async def table_bytes(self) -> int:
         rows = await self._run("SELECT pg_total_relation_size('timers')", {})

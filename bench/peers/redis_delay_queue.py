@@ -136,6 +136,26 @@ class RedisDelayQueueClient:
         if messages:
             await self._redis.hdel(LEASED, *[m.ack_handle for m in messages])
 
+    async def ack_then_pop(self, acked: list[QueuedMessage], batch: int) -> list[QueuedMessage]:
+        """One pipeline, one round trip: HDEL of the acked leases, then the pop script by its SHA
+        (not MULTI/EXEC: each command is atomic alone and the pair need not be). The script is
+        loaded by a plain pop first, and again if the server lost it."""
+        if not acked:
+            return await self.pop(batch)
+        import redis
+
+        for _ in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hdel(LEASED, *[m.ack_handle for m in acked])
+            pipe.evalsha(self._pop.sha, 2, QUEUE, LEASED, batch, now_ms() + 300_000)
+            try:
+                _, items = await pipe.execute()
+            except redis.exceptions.NoScriptError:
+                await self._redis.script_load(POP_LUA)
+                continue
+            return [QueuedMessage(item.split(b"\0", 1)[0].decode(), item) for item in items]
+        raise RuntimeError("the pop script could not be loaded")
+
     async def info_memory(self) -> int:
         return int((await self._redis.info("memory"))["used_memory"])
 

@@ -8,8 +8,8 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from queen_raft.api import (admin, dashboard, dlq, harness_hooks, health, kv, messages, openapi, overview, queues,
-                            timers, transaction)
+from queen_raft.api import (admin, dashboard, dlq, harness_hooks, health, kv, messages, openapi, overview, pop_route,
+                            queues, timers, transaction)
 from queen_raft.api.client_errors import ClientErrorLog, CountedServerLog
 from queen_raft.api.connections import ConnectionLimiter
 from queen_raft.api.errors import ApiError, error_response
@@ -93,6 +93,7 @@ def create_app(serving: ServingNode) -> web.Application:
     app[CONNECTIONS_KEY] = connections
     timers.add_routes(app)
     messages.add_routes(app)
+    pop_route.add_routes(app)
     queues.add_routes(app)
     admin.add_routes(app)
     kv.add_routes(app)

@@ -1,8 +1,7 @@
-"""Messages routes (docs/spec.md section 3): push, pop with a long poll, ack, fetch."""
+"""Messages routes (docs/spec.md section 3): push, ack, lease extend, fetch (pop: pop_route.py)."""
 
 from __future__ import annotations
 
-import time
 from operator import itemgetter
 from typing import Any
 
@@ -13,17 +12,15 @@ from queen_raft.api.codec import PayloadDecodeError, decode_base64, encode_base6
 from queen_raft.api.encryption import PayloadCipher, PayloadDecryptError
 from queen_raft.api.errors import ApiError
 from queen_raft.api.group_calls import propose, read
-from queen_raft.api.ids import new_lease_id, new_message_id, new_message_ids
-from queen_raft.api.long_poll import wait_riding_tick
-from queen_raft.api.pop_answer import pop_answer_body
+from queen_raft.api.ids import new_message_id, new_message_ids
 from queen_raft.api.push_parsing import (
     MAX_PUSH_ITEMS, encrypt_push_rows, plain_push_rows, push_command, push_items_of, queues_to_encrypt,
 )
-from queen_raft.api.requests import body_bytes, is_int, json_body, json_response, parse_json, query_bool, query_int
+from queen_raft.api.requests import body_bytes, is_int, json_body, json_response, parse_json
 from queen_raft.api.serving import ServingNode, serving_of
 from queen_raft.api.timer_parsing import NAME_CHARS_ALWAYS_WITHIN, name_over_limit
 from queen_raft.api.wire_json import NOT_READ, loads_without_integer_scan, may_hold_wide_integer
-from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH
+from queen_raft.state.limits import DEFAULT_PARTITION, MAX_ANSWER_BYTES, MAX_NAME_BYTES, MAX_POP_BATCH  # noqa: F401
 from queen_raft.state.message_items import ACK_STATUSES
 from queen_raft.state.push_rows import PUSH_ROW_FIELDS
 
@@ -34,7 +31,8 @@ UNAVAILABLE = "unavailable"
 # One call is one Raft entry: bound the items so an entry stays small enough to replicate fast.
 MAX_ACK_ITEMS = 1000
 MAX_FETCH_ENTRIES = 64
-# Pop: the longest a long poll holds a connection (the batch bound is the state's MAX_POP_BATCH).
+# Pop (pop_route.py): the longest a long poll holds a connection (the batch bound is the state's
+# MAX_POP_BATCH, imported above so the message bounds are named in one place).
 DEFAULT_POP_TIMEOUT_MS = 30_000
 MAX_POP_TIMEOUT_MS = 60_000
 # A long poll re-checks through a read barrier at least this often even when nothing applied:
@@ -187,92 +185,6 @@ async def post_push(request: web.Request) -> web.Response:
     if "error" in result:
         raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "push refused")
     return json_response({"results": result["results"]}, status=201, floats_finite=True)
-
-
-# --- pop -------------------------------------------------------------------------------------
-
-
-async def _pop_once(serving: ServingNode, tenant: str, command_args: dict) -> dict | None:
-    command = dict(command_args, leaseId=new_lease_id())
-    return _pop_answer(await propose(serving, tenant, command, UNAVAILABLE))
-
-
-def _pop_answer(result: dict) -> dict | None:
-    if "error" in result:
-        raise ApiError(400 if result["error"] == BAD_REQUEST else 500, result["error"], result.get("message") or "pop refused")
-    return result if result.get("messages") else None
-
-
-def _pop_response(result: dict, cipher: PayloadCipher | None) -> web.Response:
-    body = pop_answer_body(result)  # each JSON payload as its stored bytes (pop_answer.py)
-    if body is not None:
-        return web.Response(body=body, content_type="application/json")
-    return json_response({"leaseId": result.get("leaseId"),
-                          "messages": [wire_message(m, cipher) for m in result["messages"]]}, floats_finite=True)
-
-
-async def get_pop(request: web.Request) -> web.Response:
-    """A pop is a write (it takes a lease). The long poll waits on applies and proposes a pop only
-    when the state says one would return something, so an idle consumer adds no log entries
-    beyond one read barrier per LONG_POLL_RECHECK_S (on the leader, while it waits, its pop rides
-    the tick entries: long_poll.py)."""
-    serving = serving_of(request)
-    principal = require(serving.config, request, Access.CONSUME)
-    tenant = principal.tenant
-    queue = check_name(request.match_info["queue"], "queue", "the path")
-    partition = check_name(request.match_info.get("partition"), "partition", "the path")
-    group_name = check_name(request.query.get("consumerGroup") or None, "consumerGroup", "the query")
-    batch = min(MAX_POP_BATCH, max(1, query_int(request, "batch", 1, BAD_REQUEST)))
-    wait = query_bool(request, "wait", False, BAD_REQUEST)
-    timeout_ms = min(MAX_POP_TIMEOUT_MS, max(0, query_int(request, "timeout", DEFAULT_POP_TIMEOUT_MS, BAD_REQUEST)))
-    auto_ack = query_bool(request, "autoAck", False, BAD_REQUEST)
-    command_args = {"op": "pop", "queue": queue, "partition": partition, "consumerGroup": group_name,
-                    "batch": batch, "autoAck": auto_ack, "maxBytes": MAX_ANSWER_BYTES}
-
-    def deliverable(state: Any) -> bool:
-        return bool(state.deliverable(queue, partition, group_name))
-
-    group = serving.groups[tenant]
-    signal = serving.apply_signals[tenant]
-    deadline = time.monotonic() + (timeout_ms / 1000.0 if wait else 0.0)
-    # A pop right after an acknowledged push must see it, and this replica may not have applied it
-    # yet, so an empty answer (204) is given only after a read barrier that began after the call
-    # did. When something is deliverable here, the pop is proposed at once: it is a write, ordered
-    # after every acknowledged one. A long poll that finds nothing waits at once, its pop parked to
-    # ride the next tick (long_poll.py): what this replica has yet to apply wakes it as it applies,
-    # and the barrier comes only if the wait ends empty, so a consumer coming back for the next
-    # fires costs no commit round of its own.
-    seen = signal.generation
-    turn_key = (tenant, queue, partition, group_name)
-    ready = group.peek_local(deliverable)
-    confirmed = ready  # else a barrier must pass before an empty answer
-    if not ready and not wait:
-        ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
-    while True:
-        if ready:
-            async with serving.pop_turns.turn(turn_key):
-                # A waiter whose turn came before ours may have taken what woke us: look again,
-                # after its pop was applied here, before proposing one.
-                result = await _pop_once(serving, tenant, command_args) if group.peek_local(deliverable) else None
-            if result is not None:
-                return _pop_response(result, serving.cipher)
-        remaining = deadline - time.monotonic()
-        if request.transport is None or request.transport.is_closing():
-            return web.Response(status=204)
-        if remaining <= 0:
-            if confirmed:
-                return web.Response(status=204)
-            ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
-            continue
-        applied, rode = await wait_riding_tick(group, signal, turn_key, command_args, min(remaining, LONG_POLL_RECHECK_S), seen)
-        seen = signal.generation
-        result = None if rode is None else _pop_answer(rode)
-        if result is not None:
-            return _pop_response(result, serving.cipher)
-        if applied:
-            ready = group.peek_local(deliverable)
-        else:
-            ready, confirmed = await read(serving, tenant, deliverable, UNAVAILABLE), True
 
 
 # --- ack -------------------------------------------------------------------------------------
@@ -433,8 +345,6 @@ async def post_fetch(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/api/v1/push", post_push)
-    app.router.add_get("/api/v1/pop/queue/{queue}", get_pop)
-    app.router.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", get_pop)
     app.router.add_post("/api/v1/ack", post_ack)
     app.router.add_post("/api/v1/ack/batch", post_ack_batch)
     app.router.add_post("/api/v1/lease/{leaseId}/extend", post_lease_extend)

@@ -142,6 +142,11 @@ def _paths() -> dict:
     ]
     pop_answer = obj({"leaseId": NULL_STR, "messages": array(ref("Message"))}, ("leaseId", "messages"))
     pop_extra = {"204": {"description": "nothing to deliver after the wait"}}
+    # POST pop: the ack batch's body settled first, then the pop, in one entry; never 204.
+    ack_pop_answer = obj({"leaseId": NULL_STR, "messages": array(ref("Message")),
+                          "acknowledgments": array(ref("AckVerdict"))}, ("leaseId", "messages", "acknowledgments"))
+    ack_pop_summary = ("Settle acknowledgments, then pop (one entry): the ack batch's body; consumerGroup, when "
+                       "given, must be the query's; with nothing to deliver after the wait, 200 with messages []")
     usage = obj({
         "tenant": STR, "billedMessages": NON_NEG, "pushedMessages": NON_NEG, "pendingTimers": NON_NEG,
         "fired": obj({name: NON_NEG for name in ("appended", "duplicate", "failed", "dlq")},
@@ -188,11 +193,14 @@ def _paths() -> dict:
         "/api/v1/push": {"post": operation(
             "Push messages; a verdict per item", obj({"results": array(ref("PushVerdict"))}, ("results",)),
             body=obj({"items": array(ref("PushItem"), 1, messages.MAX_PUSH_ITEMS)}, ("items",)), ok_status="201")},
-        "/api/v1/pop/queue/{queue}": {"get": operation(
-            "Pop (takes a lease, a write)", pop_answer, params=[queue, *pop_params], extra=pop_extra)},
-        "/api/v1/pop/queue/{queue}/partition/{partition}": {"get": operation(
-            "Pop one partition", pop_answer, params=[queue, name_path_param("partition"), *pop_params],
-            extra=pop_extra)},
+        "/api/v1/pop/queue/{queue}": {
+            "get": operation("Pop (takes a lease, a write)", pop_answer, params=[queue, *pop_params], extra=pop_extra),
+            "post": operation(ack_pop_summary, ack_pop_answer, body=ack_body, params=[queue, *pop_params])},
+        "/api/v1/pop/queue/{queue}/partition/{partition}": {
+            "get": operation("Pop one partition", pop_answer, params=[queue, name_path_param("partition"), *pop_params],
+                             extra=pop_extra),
+            "post": operation(ack_pop_summary, ack_pop_answer, body=ack_body,
+                              params=[queue, name_path_param("partition"), *pop_params])},
         "/api/v1/ack": {"post": operation(
             "Acknowledge (single form, or the batch form)", ack_answer,
             body={"oneOf": [ack_body, obj({**SCHEMAS["Acknowledgment"]["properties"], "consumerGroup": NAME,

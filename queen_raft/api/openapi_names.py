@@ -16,6 +16,8 @@ OPERATION_IDS = {
     ("post", "/api/v1/push"): "push",
     ("get", "/api/v1/pop/queue/{queue}"): "pop",
     ("get", "/api/v1/pop/queue/{queue}/partition/{partition}"): "popPartition",
+    ("post", "/api/v1/pop/queue/{queue}"): "ackAndPop",
+    ("post", "/api/v1/pop/queue/{queue}/partition/{partition}"): "ackAndPopPartition",
     ("post", "/api/v1/ack"): "ack",
     ("post", "/api/v1/ack/batch"): "ackBatch",
     ("post", "/api/v1/lease/{leaseId}/extend"): "extendLease",

@@ -43,8 +43,9 @@ def _answered_message(message: dict) -> dict | None:
     return out
 
 
-def pop_answer_body(result: dict[str, Any]) -> bytes | None:
-    """`{leaseId, messages}` as JSON bytes, or None when the general writer must answer."""
+def pop_answer_body(result: dict[str, Any], extra: dict[str, Any] | None = None) -> bytes | None:
+    """`{leaseId, messages}` (and the fields of `extra`) as JSON bytes, or None when the general
+    writer must answer."""
     messages = []
     for message in result["messages"]:
         answered = _answered_message(message)
@@ -52,6 +53,7 @@ def pop_answer_body(result: dict[str, Any]) -> bytes | None:
             return None
         messages.append(answered)
     try:
-        return orjson.dumps({"leaseId": result.get("leaseId"), "messages": messages}, option=ORJSON_OPTIONS)
+        return orjson.dumps({"leaseId": result.get("leaseId"), "messages": messages, **(extra or {})},
+                            option=ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         return None

@@ -13,13 +13,14 @@ from queen_raft.client.errors import (
     NotFound, OutcomeUnknown, PayloadTooLarge, PreconditionFailed, PushRefused, QueenError, QuotaExceeded,
     RateLimited, Refused, ServerError, TimersDisabled, TransactionRefused, Unauthorized, Unavailable,
 )
+from queen_raft.client.pop_round import Batch, PopRound, Settlement
 from queen_raft.client.queen import Queen, Record
 from queen_raft.client.results import (AckResult, DlqPage, DlqRow, KvEntry, LeaseExtension, PushResult, TimerPage,
                                       TimerPeek, TimerResult, TransactionItemResult, TransactionResult)
 from queen_raft.client.transport import RetryPolicy
 
 __all__ = [
-    "Queen", "RetryPolicy", "Message", "Record", "Duration", "DurationLike", "duration_ms", "duration_seconds",
+    "Queen", "RetryPolicy", "Message", "Batch", "PopRound", "Settlement", "Record", "Duration", "DurationLike", "duration_ms", "duration_seconds",
     "TimerRow", "BatchInterrupted", "AckResult", "TransactionItemResult", "Usage", "QueueOptions",
     "TimerResult", "TimerPeek", "TimerPage", "PushResult", "KvEntry", "TransactionResult", "LeaseExtension", "DlqRow",
     "DlqPage",

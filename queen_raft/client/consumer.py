@@ -128,21 +128,34 @@ async def extend_lease(transport: Transport, lease_id: str, duration: Duration) 
                           raw=answer.body)
 
 
-async def pop(transport: Transport, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
-              wait: Duration | None = None, auto_ack: bool = False) -> list[Message]:
-    """One pop: up to `batch` messages of one partition under one lease, or [] when none came within `wait`."""
+@dataclass(frozen=True)
+class PopTarget:
+    """The path and query of a pop (GET, or POST carrying acknowledgments), and how long to allow it."""
+
+    path: str
+    params: dict[str, Any]
+    timeout_s: float
+
+
+def pop_target(transport: Transport, queue: str, group: str | None, partition: str | None, batch: int,
+               wait: Duration | None, auto_ack: bool) -> PopTarget:
     path = f"/api/v1/pop/queue/{path_segment(queue)}"
     if partition is not None:
         path += f"/partition/{path_segment(partition)}"
     wait_ms = 0 if wait is None else duration_ms(wait)
     if not 0 <= wait_ms <= MAX_POLL_WAIT_MS:
         raise ValueError(f"a pop waits 0..{MAX_POLL_WAIT_MS} ms, got {wait_ms}")
-    params = {"consumerGroup": group, "batch": batch, "autoAck": auto_ack or None}
+    params: dict[str, Any] = {"consumerGroup": group, "batch": batch, "autoAck": auto_ack or None}
     if wait_ms > 0:
         params.update(wait=True, timeout=wait_ms)
-    answer = await transport.request(
-        "GET", path, params=params,
-        timeout_s=max(transport.request_timeout_s, wait_ms / 1000 + LONG_POLL_MARGIN_S))
+    return PopTarget(path, params, max(transport.request_timeout_s, wait_ms / 1000 + LONG_POLL_MARGIN_S))
+
+
+async def pop(transport: Transport, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
+              wait: Duration | None = None, auto_ack: bool = False) -> list[Message]:
+    """One pop: up to `batch` messages of one partition under one lease, or [] when none came within `wait`."""
+    target = pop_target(transport, queue, group, partition, batch, wait, auto_ack)
+    answer = await transport.request("GET", target.path, params=target.params, timeout_s=target.timeout_s)
     if answer.status == 204 or not answer.body:
         return []
     return [Message.from_wire(m, queue, group, transport) for m in answer.body.get("messages", [])]
@@ -165,7 +178,7 @@ async def consume(transport: Transport, queue: str, *, group: str | None = None,
             continue
         keeper = None
         if renew_s is not None and messages[0].lease_id is not None:
-            keeper = asyncio.create_task(_keep_lease(transport, messages[0].lease_id, renew_s))
+            keeper = asyncio.create_task(renew_lease_until_cancelled(transport, messages[0].lease_id, renew_s))
         try:
             for message in messages:
                 yield message
@@ -178,7 +191,7 @@ async def consume(transport: Transport, queue: str, *, group: str | None = None,
                     pass
 
 
-async def _keep_lease(transport: Transport, lease_id: str, seconds: int) -> None:
+async def renew_lease_until_cancelled(transport: Transport, lease_id: str, seconds: int) -> None:
     interval = seconds * LEASE_RENEW_FRACTION
     while True:
         await asyncio.sleep(interval)

@@ -13,6 +13,7 @@ from queen_raft.client.durations import Duration
 from queen_raft.client.errors import NotFound, OutcomeUnknown, PushRefused
 from queen_raft.client.kv import KvNamespace
 from queen_raft.client.payloads import message_payload, push_payload_fields
+from queen_raft.client.pop_round import Batch, PopRound, Settle, ack_and_pop, consume_batches
 from queen_raft.client.results import DlqPage, DlqRow, LeaseExtension, PushResult
 from queen_raft.client.timers import TimerBuilder, TimerSpec, mint_txn
 from queen_raft.client.transaction import Transaction
@@ -112,6 +113,22 @@ class Queen:
     def consume(self, queue: str, *, group: str | None = None, partition: str | None = None, batch: int = 1,
                 wait: Duration = DEFAULT_POLL_WAIT, keep_lease: Duration | None = None) -> AsyncIterator[Message]:
         return consume(self.transport, queue, group=group, partition=partition, batch=batch, wait=wait, keep_lease=keep_lease)
+
+    async def ack_and_pop(self, queue: str, settle: Sequence[Settle], *, group: str | None = None,
+                          partition: str | None = None, batch: int = 1, wait: Duration | None = None,
+                          auto_ack: bool = False) -> PopRound:
+        """Settle messages of one earlier pop (a Message is `completed`; a Settlement names its
+        status), then pop, in one call and one Raft entry: a consumer round at one commit round.
+        One verdict per settlement in `acks`; with nothing to settle, a plain pop."""
+        return await ack_and_pop(self.transport, queue, settle, group=group, partition=partition, batch=batch,
+                                 wait=wait, auto_ack=auto_ack)
+
+    def consume_batches(self, queue: str, *, group: str | None = None, partition: str | None = None,
+                        batch: int = 100, wait: Duration = DEFAULT_POLL_WAIT,
+                        keep_lease: Duration | None = None) -> AsyncIterator[Batch]:
+        """Yields a Batch per pop; what the caller settles on it rides the next pop (one call a round)."""
+        return consume_batches(self.transport, queue, group=group, partition=partition, batch=batch, wait=wait,
+                               keep_lease=keep_lease)
 
     async def ack_many(self, messages: Sequence[Message], status: str = "completed", *,
                        error: str | None = None) -> list[AckResult]:

@@ -30,6 +30,11 @@ BODY_ROUTES: dict[tuple[str, str], tuple[str, list[bytes]]] = {
     ("POST", "/api/v1/ack/batch"): ("/api/v1/ack/batch", [
         b'{"leaseId":"l","acknowledgments":[{"transactionId":@S@}]}',
         b'{"leaseId":"l","consumerGroup":@S@,"acknowledgments":[{"offset":0}]}']),
+    ("POST", "/api/v1/pop/queue/{queue}"): ("/api/v1/pop/queue/q", [
+        b'{"leaseId":"l","acknowledgments":[{"transactionId":@S@}]}',
+        b'{"leaseId":@S@,"acknowledgments":[{"offset":0}]}']),
+    ("POST", "/api/v1/pop/queue/{queue}/partition/{partition}"): ("/api/v1/pop/queue/q/partition/p", [
+        b'{"leaseId":"l","acknowledgments":[{"partition":@S@,"offset":0}]}']),
     ("POST", "/api/v1/lease/{leaseId}/extend"): ("/api/v1/lease/x/extend", [b'{"seconds":1,@S@:1}']),
     ("POST", "/api/v1/fetch"): ("/api/v1/fetch", [b'{"entries":[{"queue":@S@}]}',
                                                   b'{"entries":[{"queue":"q","partition":@S@}]}']),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from queen_raft.client import AckResult, Queen, TimerResult, TimerRow, TransactionResult
+from queen_raft.client import AckResult, Batch, PopRound, Queen, Settlement, TimerResult, TimerRow, TransactionResult
 
 
 async def main() -> None:
@@ -23,3 +23,11 @@ async def main() -> None:
         for item in result.results:
             if isinstance(item, TimerResult):
                 print(item.status)
+        round_: PopRound = await q.ack_and_pop("bookings", [Settlement(m, "failed", "busy") for m in messages],
+                                               group="workers", batch=100, wait="5s")
+        print([a.success for a in round_.acks], len(round_.messages))
+        async for batch in q.consume_batches("bookings", group="workers", batch=100, wait="30s"):
+            handled: Batch = batch
+            for message in handled:
+                handled.ack(message)
+            break
