@@ -22,6 +22,7 @@ from bench.plots import fire_lag_over_time
 from bench.process_usage import CpuWindow
 from bench.profiler import profiled
 from bench.report import ScenarioResult, repo_relative, results_dir, today
+from bench.schedule_throughput import entries_per_call, raft_commit_index
 from bench.system_cpu import CPU_FIGURE_NOTE, SystemCpu
 from bench.systems import OURS, each_system
 from bench.timer_service import TimerService
@@ -60,12 +61,14 @@ def measure_rate(service: TimerService, rate: int, duration_s: float, profile: b
         finally:
             await client.close()
 
+    commit_before = raft_commit_index(service)
     cpu.start(time.monotonic())
     with profiled(service, f"fire_lag_{rate}", duration_s, enabled=profile), SystemCpu(service.pids) as system_cpu:
         run = asyncio.run(schedule())
         # The window covers the fires of the last timers too.
         time.sleep(DELAY_MS / 1000)
     cpu_used = cpu.stop(time.monotonic())
+    commit_after = raft_commit_index(service)
     receipts = consumer.result()
     deliver_at = run.deliver_at
     counts = Counter(txn for txn, _, _ in receipts)
@@ -89,6 +92,9 @@ def measure_rate(service: TimerService, rate: int, duration_s: float, profile: b
         "cpu_cores": cpu_used, "cpu_us_per_timer_all_processes": system_cpu.us_per(run.scheduled),
     }
     if service.name == OURS:
+        # Log entries per timer: its schedule (shared by the calls of an entry), the tick that fires
+        # it (shared by the timers due together) and the consumer's pops and barriers.
+        figures["raft_entries_per_timer"] = entries_per_call(commit_before, commit_after, run.scheduled)
         after = service.histogram(service.leader(), FIRE_LAG_HISTOGRAM, TENANT_LABEL)
         before = dict(metrics_before)
         delta = [(le, count - before.get(le, 0.0)) for le, count in after]
