@@ -79,3 +79,8 @@ class CoalescingSyncObj(IndexedLogSyncObj):
                 return
             self._appends_waiting = 0
         SyncObj._SyncObj__sendAppendEntries(self)
+
+    def message_counters(self) -> dict:
+        """Raft messages this node handed to a live connection."""
+        sent = getattr(self._SyncObj__transport, "messages_sent", None) or {}
+        return {"appendEntriesSent": sent.get("append_entries", 0), "answersSent": sent.get("next_node_idx", 0)}
