@@ -29,8 +29,8 @@ MESSAGES_PER_ENTRY_MAX = 3.0
 IDLE_S = 4.0
 # A heartbeat period long enough that a follower which waited for the next heartbeat to learn a
 # commit would miss APPLY_BOUND_S by far; the election timeouts scaled to it (> 3 periods).
-SLOW_HEARTBEAT_ARGS = ["--append-entries-period-s", "0.6", "--election-min-s", "2.0", "--election-max-s", "3.0"]
-APPLY_BOUND_S = 0.3
+SLOW_HEARTBEAT_ARGS = ["--append-entries-period-s", "0.8", "--election-min-s", "2.6", "--election-max-s", "3.4"]
+APPLY_BOUND_S = 0.4
 LONE_WRITES = 5
 
 
@@ -121,8 +121,9 @@ def test_single_op_load_costs_fewer_messages_per_entry_and_an_idle_group_keeps_i
         assert idle_end["leaders"] == idle_start["leaders"] == {leader.raft_addr}, (idle_start, idle_end)
         assert idle_end["terms"] == idle_start["terms"] and len(idle_end["terms"]) == 1, (idle_start, idle_end)
         assert leader.status()["role"] == "leader"
-        # At least one answer per follower per heartbeat period (50 ms) for most of the idle time.
-        assert idle_end["answers"] - idle_start["answers"] >= len(followers) * IDLE_S / 0.05 * 0.5, (idle_start, idle_end)
+        # Heartbeats go every 50-100 ms (the period, then the next poll) and each is answered; a
+        # quarter of the least of that leaves room for a loaded machine and still needs answers.
+        assert idle_end["answers"] - idle_start["answers"] >= len(followers) * IDLE_S / 0.1 / 4, (idle_start, idle_end)
     finally:
         cluster.stop()
 
