@@ -152,6 +152,7 @@ class TenantGroup:
             "appliedIndex": so.raftLastApplied,
             "appendEntries": so.append_counters(),
             "proposals": self._proposal_counters(),
+            "raftMessages": so.message_counters(),
             "diskFull": bool(getattr(so._SyncObj__raftLog, "disk_full", False)),
             "loadError": str(so.start_refusal) if getattr(so, "start_refusal", None) else None,
             "journalFlush": (lambda times: times.snapshot() if times else None)(

@@ -26,6 +26,7 @@ class GroupStatus(TypedDict):
     appliedIndex: int
     appendEntries: dict  # the leader's AppendEntries sends (leader_append.py)
     proposals: dict  # entries and commands this node proposed through its batcher
+    raftMessages: dict  # Raft messages sent, and those left out as repeats (quiet_messages.py)
     diskFull: bool  # the journal cannot write: writes are refused with disk_full, reads go on
     loadError: str | None  # why the state could not be loaded (the node then refuses to start)
     journalFlush: dict | None  # fdatasync times (raft/flush_times.py); None for a journal that never flushes

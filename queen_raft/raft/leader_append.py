@@ -16,6 +16,10 @@ tick: the leader counts its own entries at the next tick's commit scan, after th
 flush of this tick (transport.GroupTransport._onTick), and followers' acknowledgements arrive in
 poll(), after both.
 
+A send that would only repeat the commit index a follower already has (stock's send after every
+apply, when this tick's coalesced send carried the new commit) is left out by the base class,
+quiet_messages.QuietMessagesSyncObj, which every send here goes through.
+
 Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
 SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from pysyncobj import SyncObj
 
-from queen_raft.raft.log_index import IndexedLogSyncObj
+from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 
 # Within one _checkCommandsToApply run (bounded by pysyncobj to appendEntriesPeriod), send what was
 # appended at least every this many entries: the first entry of a 2,048-command burst (max_in_flight)
@@ -33,8 +37,9 @@ from queen_raft.raft.log_index import IndexedLogSyncObj
 APPEND_SEND_EVERY_ENTRIES = 64
 
 
-class CoalescingSyncObj(IndexedLogSyncObj):
-    """IndexedLogSyncObj (a SnapshotGuardedSyncObj, a LogMatchingSyncObj) whose leader sends AppendEntries once per batch of new commands."""
+class CoalescingSyncObj(QuietMessagesSyncObj):
+    """QuietMessagesSyncObj (an IndexedLogSyncObj, a SnapshotGuardedSyncObj, a LogMatchingSyncObj)
+    whose leader sends AppendEntries once per batch of new commands."""
 
     def __init__(self, *args, **kwargs):
         # Before super().__init__(): the tick thread may run before __init__ returns.
@@ -53,7 +58,7 @@ class CoalescingSyncObj(IndexedLogSyncObj):
             if self._appends_waiting:
                 self._appends_waiting = 0
                 self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
-                SyncObj._SyncObj__sendAppendEntries(self)
+                super()._SyncObj__sendAppendEntries()
 
     def _SyncObj__applyLogEntries(self):
         # Applying a committed 256-op entry holds the tick thread on every replica, and stock
@@ -78,4 +83,4 @@ class CoalescingSyncObj(IndexedLogSyncObj):
                 self.append_sends_coalesced += 1
                 return
             self._appends_waiting = 0
-        SyncObj._SyncObj__sendAppendEntries(self)
+        super()._SyncObj__sendAppendEntries()

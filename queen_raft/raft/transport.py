@@ -194,6 +194,7 @@ class GroupTransport(TCPTransport):
     handshakes_evicted = 0
     utility_commands_refused = 0
     listener_rebinds = 0
+    messages_sent: dict[str, int] | None = None
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False,
                  handshake_timeout_s=HANDSHAKE_TIMEOUT_S, aead_frames=True):
@@ -218,6 +219,7 @@ class GroupTransport(TCPTransport):
                 raise TypeError(f"group commit needs a GroupCommitJournal, got {type(journal).__name__}")
             self.group_commit_journal = journal
         self._held: dict[object, deque] = {}
+        self.messages_sent: dict[str, int] = {}  # Raft messages handed to a live connection, by type
         self.handshakes_refused = 0
         self._burst_end = BurstEndWatch()
         self.peer_forms = PeerForms()
@@ -365,7 +367,15 @@ class GroupTransport(TCPTransport):
                 else:
                     held.append(message)
                 return node in self._connections and self._connections[node].state == CONNECTION_STATE.CONNECTED
-        return super().send(node, message)
+        return self._send_now(node, message)
+
+    def _send_now(self, node, message) -> bool:
+        sent = TCPTransport.send(self, node, message)
+        counts = self.messages_sent
+        if sent and counts is not None and type(message) is dict:
+            kind = message.get("type")
+            counts[kind] = counts.get(kind, 0) + 1
+        return sent
 
     def _onTick(self):
         now = monotonic_time()
@@ -395,7 +405,7 @@ class GroupTransport(TCPTransport):
             held_by_node, self._held = self._held, {}
             for node, messages in held_by_node.items():
                 for message in messages:
-                    TCPTransport.send(self, node, message)
+                    self._send_now(node, message)
 
     def _stand_aside(self) -> None:
         """No leading and no election while the journal cannot write (see the module docstring)."""

@@ -47,6 +47,8 @@ READ_ATTEMPTS = 50
 MAX_RETRY_SLEEP_S = 0.2
 # The group's Raft password: RaftTestCluster gives its nodes one, as every node config has.
 PASSWORD_ENV = "QUEEN_TEST_RAFT_PASSWORD"
+# Raft timings a test may set (--append-entries-period-s ...); RaftSettings' defaults otherwise.
+TIMING_ARGS = ("append_entries_period_s", "election_min_s", "election_max_s", "leader_fallback_timeout_s")
 # The fire lags a node keeps for /status: enough for a test's window, bounded for a long run.
 TICK_LAGS_KEPT = 10_000
 
@@ -124,6 +126,7 @@ async def _serve(args) -> None:
         tick_ms=args.tick_ms,
         log_compaction_min_entries=args.compaction_entries,
         commit_timeout_ms=args.commit_timeout_ms,
+        **{name: getattr(args, name) for name in TIMING_ARGS if getattr(args, name) is not None},
         # From the environment, not argv: argv is visible to every user of the machine.
         password=os.environ.get(PASSWORD_ENV) or None,
     )
@@ -214,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compaction-entries", type=int, default=2000)
     parser.add_argument("--commit-timeout-ms", type=int, default=5000)
     parser.add_argument("--state", default="test", choices=["test", "tenant"])
+    for name in TIMING_ARGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=float, default=None,
+                            help="RaftSettings." + name + " (default: RaftSettings')")
     parser.add_argument("--dial-map", default="", help="JSON {peer address: dial address}")
     parser.add_argument("--snapshot-delay-s", type=float, default=0.0,
                         help="the test state's snapshot() sleeps this long (in the forked writer)")

@@ -384,6 +384,7 @@ def coalescing_syncobj(monkeypatch, appends_per_run):
     from pysyncobj import SyncObj
 
     from queen_raft.raft.leader_append import CoalescingSyncObj
+    from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 
     syncobj = object.__new__(CoalescingSyncObj)
     syncobj._coalescing_appends = False
@@ -397,6 +398,9 @@ def coalescing_syncobj(monkeypatch, appends_per_run):
 
     monkeypatch.setattr(SyncObj, "_checkCommandsToApply", stock_check)
     monkeypatch.setattr(SyncObj, "_SyncObj__sendAppendEntries", lambda self: sends.append(self._appends_waiting))
+    # Every send here carries new entries: none is a repeat that quiet_messages.py would leave out.
+    monkeypatch.setattr(QuietMessagesSyncObj, "_followers_needing_nothing", lambda self: None)
+    monkeypatch.setattr(QuietMessagesSyncObj, "_note_commit_sent", lambda self: None)
     return syncobj, sends
 
 

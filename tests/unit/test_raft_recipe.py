@@ -33,6 +33,7 @@ from queen_raft.raft.connection import FastTcpConnection, install_connection_rec
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.leader_append import CoalescingSyncObj
+from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
 from queen_raft.raft.journal_factory import create_journal, install_journal_factory
 from queen_raft.raft.transport import GroupTransport
@@ -338,7 +339,10 @@ def test_follower_append_override_is_a_real_override_used_by_the_group():
     assert override is not SyncObj._SyncObj__onMessageReceived
     assert params(override) == params(SyncObj._SyncObj__onMessageReceived) == ["self", "node", "message"]
     assert issubclass(CoalescingSyncObj, LogMatchingSyncObj)
-    assert CoalescingSyncObj._SyncObj__onMessageReceived is override
+    # quiet_messages.py wraps it (outermost) and hands every message on through super().
+    assert CoalescingSyncObj._SyncObj__onMessageReceived is QuietMessagesSyncObj._SyncObj__onMessageReceived
+    assert "super()._SyncObj__onMessageReceived(node, message)" in source(QuietMessagesSyncObj._SyncObj__onMessageReceived)
+    assert QuietMessagesSyncObj.__mro__.index(LogMatchingSyncObj) > QuietMessagesSyncObj.__mro__.index(QuietMessagesSyncObj)
     assert "build_syncobj(" in source(group.TenantGroup.__init__)
     assert "SyncObj(" not in source(group.TenantGroup.__init__)
     assert "CoalescingSyncObj(" in source(construction.build_syncobj)
@@ -362,6 +366,77 @@ def test_syncobj_code_the_leader_append_override_relies_on():
     assert "while nextNodeIndex <= self.__getCurrentLogIndex() or sendSingle or sendingSerialized:" in sender
     assert CoalescingSyncObj._checkCommandsToApply is not SyncObj._checkCommandsToApply
     assert CoalescingSyncObj._SyncObj__sendAppendEntries is not SyncObj._SyncObj__sendAppendEntries
+
+
+# -- SyncObj: messages that carry nothing new (quiet_messages.py) ----------------------------------------
+
+# sha256 of inspect.getsource() of each SyncObj method QuietMessagesSyncObj overrides, wraps or whose
+# behaviour its safety argument rests on, in 0.3.17; any change means re-reading quiet_messages.py.
+QUIET_MESSAGES_SOURCE_SHA256 = {
+    "_SyncObj__sendAppendEntries": "9cb9073128c392fa9e5efc4691420ba435bfafb4c74e83a34f931fa16aa760c6",
+    "_onTick": "cc9eb08232d005ba4e21a33ec453e5d02fe3537dadebda8571406c57f65a3c37",
+    "_SyncObj__onNodeConnected": "2655afb481b4c69b9b33d827d3ea1299c54785997d0762ced03e324a7754cf70",
+    "_SyncObj__onNodeDisconnected": "a81c0475ba2218cc4732ab756b39e64ec22e8d9f3ff5987bc34649f9a2536c95",
+    "_SyncObj__onBecomeLeader": "5a3fd97bc17dc1cf3070b007538b6a8d46adb71f0b6523f3922dc953420645e8",
+    "_SyncObj__applyLogEntries": "073db677773b5a2dddf17cc51f84ac8803ed456da0f0011e15240d6bd1600684",
+    "_SyncObj__sendNextNodeIdx": "68aaeefc267b8896bc1074280ac2aa014c3306d9f207949ed945569cef5d114c",
+    "_SyncObj__onMessageReceived": "ddfe34b6c02821795146dc533fb7c0fcf6574a082a68a227b4c885c9e14be206",
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUIET_MESSAGES_SOURCE_SHA256))
+def test_syncobj_code_the_quiet_messages_rest_on_is_unchanged(name):
+    digest = hashlib.sha256(source(getattr(SyncObj, name)).encode()).hexdigest()
+    assert digest == QUIET_MESSAGES_SOURCE_SHA256[name], f"SyncObj.{name} changed: re-read quiet_messages.py"
+
+
+def test_syncobj_lines_the_quiet_messages_rest_on():
+    """The same dependency as the hashes, spelled out, so a failure says which assumption broke."""
+    sender = source(SyncObj._SyncObj__sendAppendEntries)
+    for line in (
+        # Every send re-arms the heartbeat; a skipped one must not, so the heartbeat stays periodic.
+        "self.__newAppendEntriesTime = monotonicTime() + self.__conf.appendEntriesPeriod",
+        "for node in self.__otherNodes | self.__readonlyNodes:",
+        # A follower not connected is sent nothing (its snapshot transmission cancelled).
+        "if node not in self.__connectedNodes:",
+        # At least one message to each connected follower, every one with this term and commit index.
+        "while nextNodeIndex <= self.__getCurrentLogIndex() or sendSingle or sendingSerialized:",
+        "'term': self.__raftCurrentTerm,\n                                'commit_index': self.__raftCommitIndex,",
+        "'term': self.__raftCurrentTerm,\n                            'commit_index': self.__raftCommitIndex,",
+        # A snapshot goes only while nextIndex is at or below the log's first index.
+        "if nextNodeIndex > self.__raftLog[0][1]:",
+        "transmissionData = self.__serializer.getTransmissionData(node)",
+    ):
+        assert line in sender, line
+    assert sender.count("'commit_index': self.__raftCommitIndex,") == 3
+    tick = source(SyncObj._onTick)
+    # The periodic heartbeat and the post-apply send share one call site, told apart by the time.
+    assert "if monotonicTime() > self.__newAppendEntriesTime or needSendAppendEntries:" in tick
+    assert "if not self.__conf.appendEntriesUseBatch:\n                needSendAppendEntries = True" in source(SyncObj._SyncObj__applyLogEntries)
+    # What the leader takes from an answer: nextIndex on a reset, matchIndex/nextIndex only upward
+    # on a success, and the response time leaderFallbackTimeout reads.
+    handler = source(SyncObj._SyncObj__onMessageReceived)
+    answer = handler[handler.index("if message['type'] == 'next_node_idx':"):]
+    for line in ("if reset:\n                    self.__raftNextIndex[node] = nextNodeIdx",
+                 "if self.__raftMatchIndex[node] < currentNodeIdx:",
+                 "self.__lastResponseTime[node] = monotonicTime()"):
+        assert line in answer, line
+    assert "deadline = monotonicTime() - self.__conf.leaderFallbackTimeout" in tick
+    assert "if self.__lastResponseTime[node] > deadline:" in tick
+    # An answer to an entry-less AppendEntries is prevLogIdx + 1; a missing or other-term prev is a reset.
+    assert "self.__sendNextNodeIdx(node, success=False, reset=True)" in handler
+    assert "self.__sendNextNodeIdx(node, nextNodeIdx = prevLogIdx, success = False, reset=True)" in handler
+    # The link callbacks are looked up on self, so the overrides run.
+    init = source(SyncObj.__init__)
+    assert "self.__transport.setOnNodeConnectedCallback(self.__onNodeConnected)" in init
+    assert "self.__transport.setOnNodeDisconnectedCallback(self.__onNodeDisconnected)" in init
+    assert "self.__newAppendEntriesTime = 0" in init
+    for name in ("_SyncObj__sendAppendEntries", "_SyncObj__sendNextNodeIdx", "_SyncObj__onMessageReceived",
+                 "_SyncObj__onNodeConnected", "_SyncObj__onNodeDisconnected"):
+        override = getattr(QuietMessagesSyncObj, name)
+        assert override is not getattr(SyncObj, name), name
+        assert params(override) == params(getattr(SyncObj, name)), name
+    assert issubclass(CoalescingSyncObj, QuietMessagesSyncObj)
 
 
 # -- FileJournal ---------------------------------------------------------------------------------------
