@@ -82,8 +82,10 @@ def test_a_tick_in_bulk_leaves_the_state_the_general_path_leaves(seed, monkeypat
     for count in range(200):
         if count == lift_at:  # the full and the bounded queues take what failed before: retries fire
             for queue in QUEUES:
+                # A window closed now leaves the dedup entries made while it was open, still live.
                 lift = {"op": "configure", "now": now, "queue": queue,
-                        "options": {"maxSize": 0, "maxPayloadBytes": 1_048_576}}
+                        "options": {"maxSize": 0, "maxPayloadBytes": 1_048_576,
+                                    "dedupWindowSeconds": rng.choice([0, 3600])}}
                 assert bulk.apply(copy(lift)) == general.apply(copy(lift))
         tick = {"op": "tick", "now": now, "policy": policy}
         answer = bulk.apply(copy(tick))
