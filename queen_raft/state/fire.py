@@ -31,7 +31,7 @@ from itertools import repeat
 from .broker import Broker
 from .due_runs import (F_ENCRYPTED, F_MESSAGE_ID, F_PARTITION, F_PAYLOAD, F_PAYLOAD_ZSTD,
                        F_PRODUCER_SUB, F_RETRY, F_TXN, DueRun)
-from .fired_memory import FiredMemory
+from .fired_memory import FiredMemory, FireRun
 from .limits import DEFAULT_PARTITION, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 from .partition import Partition
 from .queue import Queue
@@ -95,7 +95,7 @@ def _fire_each(timers: list[Timer], table: TimerTable, broker: Broker, policy: F
     appended = duplicate = 0
     queue_name = partition_key = queue = partition = None
     log = dedup = expiry = None  # the partition's, bound once per run
-    keep_in_order = None if memory is None else memory.order.append
+    keep_in_order = None if memory is None else memory.remember
     for timer in timers:
         (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
          encrypted, producer_sub, retry, created_at, _) = timer
@@ -193,8 +193,8 @@ def _append_run(run: DueRun, broker: Broker, now: int, memory: FiredMemory | Non
         partition.dedup.update(zip(txns, zip(offsets, message_ids, repeat(expires_at))))
         partition.dedup_expiry.append((expires_at, txns))
         if memory is not None:
-            memory.order.extend(zip(repeat(now), repeat(expires_at), repeat(name), keys,
-                                    repeat(partition_name), txns, offsets, message_ids))
+            memory.remember_run(FireRun(now, expires_at, name, partition_name, keys, txns, offsets,
+                                        message_ids))
     broker.pushed += count
     tally.appended += count
     tally.lags += repeat(now - run.due_at, count)
