@@ -16,13 +16,23 @@ the records in when they are next asked).
 A fire batch is mostly runs of one queue and one partition, so what the loop needs of them (the
 queue's limits, the partition, pruned once per fire) is looked up once per run: names are interned,
 so a run is told by identity, and a lookup is redone only where the name changes.
+
+A tick's timers come as runs of one dueAt and one queue (due_runs.py), and most runs of a backlog
+are appended whole: a run whose timers would all be appended (`_append_run` says when) has its
+messages, dedup entries and fire records made by C loops over its columns (zip, dict.update,
+list.extend), not a Python iteration per timer; any other run goes timer by timer.
 """
 
 from __future__ import annotations
 
+import sys
+from itertools import repeat
+
 from .broker import Broker
-from .fired_memory import FiredMemory
-from .limits import TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
+from .due_runs import (F_ENCRYPTED, F_MESSAGE_ID, F_PARTITION, F_PAYLOAD, F_PAYLOAD_ZSTD,
+                       F_PRODUCER_SUB, F_RETRY, F_TXN, DueRun)
+from .fired_memory import FiredMemory, FireRun
+from .limits import DEFAULT_PARTITION, TIMER_DLQ_GROUP, TIMER_DLQ_OFFSET, FirePolicy
 from .partition import Partition
 from .queue import Queue
 from .timers import R_ATTEMPTS, R_DELIVER_AT, Timer, TimerTable
@@ -31,6 +41,8 @@ from .zstd_bounded import decompress_bounded
 # 1 << 62 exceeds any backoffMaxMs (at most 2^40), so capping the exponent here never changes the
 # backoff; it only spares computing 2^attempts when a policy allows a huge maxAttempts.
 MAX_BACKOFF_DOUBLINGS = 62
+
+_intern = sys.intern
 
 
 class FireTally:
@@ -48,12 +60,42 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
          now: int, memory: FiredMemory | None = None) -> FireTally:
     """Push each timer's message through the push path; failures go back into the table."""
     tally = FireTally(len(timers))
+    _fire_each(timers, table, broker, policy, now, memory, tally, set())
+    if memory is not None:
+        memory.trim(now)
+    return tally
+
+
+def fire_runs(runs: list[DueRun], table: TimerTable, broker: Broker, policy: FirePolicy,
+              now: int, memory: FiredMemory | None = None) -> FireTally:
+    """`fire` of the runs' timers in order (a tick's, from TimerTable.take_due_runs): each run
+    appended in bulk where it can be (`_append_run`), else timer by timer."""
+    tally = FireTally(sum(map(len, runs)))
+    pruned: set[Partition] = set()
+    for run in runs:
+        if not _append_run(run, broker, now, memory, tally, pruned):
+            _fire_each(run.timers(), table, broker, policy, now, memory, tally, pruned)
+    if memory is not None:
+        memory.trim(now)
+    return tally
+
+
+def fired_by_queue(runs: list[DueRun]) -> dict[str, int]:
+    """The runs' timers by queue, in the order the queues come."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.queue] = counts.get(run.queue, 0) + len(run.keys)
+    return counts
+
+
+def _fire_each(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePolicy, now: int,
+               memory: FiredMemory | None, tally: FireTally, pruned: set[Partition]) -> None:
+    """The general path, timer by timer; `pruned`: the partitions this fire has pruned already."""
     lags = tally.lags
     appended = duplicate = 0
     queue_name = partition_key = queue = partition = None
     log = dedup = expiry = None  # the partition's, bound once per run
-    pruned: set[Partition] = set()
-    keep_in_order = None if memory is None else memory.order.append
+    keep_in_order = None if memory is None else memory.remember
     for timer in timers:
         (deliver_at, name, key, partition_name, txn, message_id, payload, payload_zstd,
          encrypted, producer_sub, retry, created_at, _) = timer
@@ -97,11 +139,66 @@ def fire(timers: list[Timer], table: TimerTable, broker: Broker, policy: FirePol
             lags.append(now - deliver_at)
             continue
         _retry_or_file(timer, queue, error, table, broker, policy, now, memory, tally)
-    if memory is not None:
-        memory.trim(now)
-    broker.pushed += appended  # Broker.append's count, once for the whole fire
-    tally.appended, tally.duplicate = appended, duplicate
-    return tally
+    broker.pushed += appended  # Broker.append's count, once for the whole loop
+    tally.appended += appended
+    tally.duplicate += duplicate
+
+
+def _append_run(run: DueRun, broker: Broker, now: int, memory: FiredMemory | None, tally: FireTally,
+                pruned: set[Partition]) -> bool:
+    """Fire a run as `_fire_each` would, with its messages, dedup entries and fire records made
+    in C loops, when every one of its timers would be appended: a first try (no retry state), no
+    zstd payload, one partition and one producerSub, a queue without maxSize whose payload bound
+    they all meet, and no txn found in the partition's dedup index nor twice in the run. Otherwise
+    False, and nothing but the queue's creation and the partition's prune (the first steps of the
+    general path too) is done.
+
+    The one difference in the state: the run's dedup expiries are one `dedup_expiry` entry for
+    all its ids (as a push command's are, partition.expiry_txns), which a snapshot writes as one
+    pair per id, as the general path's."""
+    keys, count, column = run.keys, len(run.keys), run.column
+    partitions, producer_subs = column(F_PARTITION), column(F_PRODUCER_SUB)
+    partition_name, producer_sub = partitions[0], producer_subs[0]
+    if (column(F_RETRY).count(None) != count or column(F_PAYLOAD_ZSTD).count(False) != count
+            or partitions.count(partition_name) != count or producer_subs.count(producer_sub) != count):
+        return False
+    name = run.queue
+    queue = broker.queues.get(name) or broker.queue(name)
+    payloads = column(F_PAYLOAD)
+    if queue.max_size or max(map(len, payloads)) > queue.max_payload_bytes:
+        return False
+    txns = column(F_TXN)
+    if txns.count(None) == count:  # every txn is its timerKey (stored as None): distinct
+        txns = keys
+    else:
+        txns = [key if txn is None else txn for key, txn in zip(keys, txns)]
+        if len(set(txns)) != count:
+            return False
+    partition_name = DEFAULT_PARTITION if partition_name is None else _intern(partition_name)
+    partition = _pruned_partition(queue, partition_name, pruned, now)
+    if partition is None:  # created now: it holds only what this fire appends
+        partition = queue.partition(partition_name)
+        pruned.add(partition)
+    elif not partition.dedup.keys().isdisjoint(txns):
+        return False
+    producer_sub = None if producer_sub is None else _intern(producer_sub)
+    first = partition.base + len(partition.log)
+    message_ids = column(F_MESSAGE_ID)
+    partition.log += zip(txns, message_ids, payloads, repeat(now), repeat(producer_sub), repeat(None),
+                         column(F_ENCRYPTED))
+    window_ms = queue.dedup_window_ms
+    if window_ms > 0:
+        expires_at = now + window_ms
+        offsets = list(range(first, first + count))  # one int object each, shared by index and record
+        partition.dedup.update(zip(txns, zip(offsets, message_ids, repeat(expires_at))))
+        partition.dedup_expiry.append((expires_at, txns))
+        if memory is not None:
+            memory.remember_run(FireRun(now, expires_at, name, partition_name, keys, txns, offsets,
+                                        message_ids))
+    broker.pushed += count
+    tally.appended += count
+    tally.lags += repeat(now - run.due_at, count)
+    return True
 
 
 def _pruned_partition(queue: Queue, name: str, pruned: set[Partition], now: int) -> Partition | None:

@@ -26,9 +26,12 @@ record that expired but is not yet at the front of the order answers nothing.
 
 The key maps are built lazily. A fire only appends its records to the order; the maps take in the
 records appended since they were last brought up to date when something asks them: a lookup, a
-forget, the snapshot. A drain of a million timers with nobody asking therefore pays a tuple and a
-deque slot per fire, not a dict insert into a map of a quarter million keys (about a fifth of a
-fire's apply). Which records are kept never depends on the maps (the trim drops by count and
+forget, the snapshot. A drain of a million timers with nobody asking therefore pays no dict insert
+into a map of a quarter million keys per fire (about a fifth of a fire's apply). A run of fires
+appended whole (fire.py) is not even made into tuples until then: it is kept as one FireRun, the
+run's own columns (its keys, txns, offsets and messageIds), which the count bound drops in part or
+whole and the expiry whole (a run shares one instant and one window); `index_tail` turns the runs
+it reaches into their records. Which records are kept never depends on the maps (the trim drops by count and
 expiry only), and a map brought up to date holds, per key, the latest record of the order that no
 later forget removed, whenever that happens: so a read on one replica, which updates that
 replica's maps, changes nothing another replica would answer or write in a snapshot.
@@ -44,7 +47,7 @@ so a restored replica forgets the same records at the same entries as one that n
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice
+from itertools import islice, repeat
 
 from . import limits
 
@@ -74,33 +77,71 @@ def record_answer(record: tuple) -> dict:
     return answer
 
 
+class FireRun:
+    """The records of a run of fires appended whole (fire.py), kept as the run's columns until the
+    key maps need them as tuples (`records`): one fire, one instant, one queue and partition, so one
+    expiry. `start`: how many of its first records the count bound has dropped already."""
+
+    __slots__ = ("fired_at", "expires_at", "queue", "partition", "keys", "txns", "offsets",
+                 "message_ids", "start")
+
+    def __init__(self, fired_at: int, expires_at: int, queue: str, partition: str, keys: list,
+                 txns: list, offsets: list, message_ids: tuple) -> None:
+        self.fired_at, self.expires_at, self.queue, self.partition = fired_at, expires_at, queue, partition
+        self.keys, self.txns, self.offsets, self.message_ids = keys, txns, offsets, message_ids
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.keys) - self.start
+
+    def records(self) -> list[tuple]:
+        start = self.start
+        return list(zip(repeat(self.fired_at), repeat(self.expires_at), repeat(self.queue),
+                        islice(self.keys, start, None), repeat(self.partition),
+                        islice(self.txns, start, None), islice(self.offsets, start, None),
+                        islice(self.message_ids, start, None)))
+
+
 class FiredMemory:
-    __slots__ = ("by_queue", "order", "indexed")
+    __slots__ = ("by_queue", "order", "indexed", "size")
 
     def __init__(self) -> None:
         # queue -> timerKey -> the record that answers for the key, for the first `indexed`
         # records of the order; the records after them are not in these maps yet (`index_tail`).
         self.by_queue: dict[str, dict[str, tuple]] = {}
-        # Every record kept, in fire order (firedAt never decreases along it).
-        self.order: deque[tuple] = deque()
+        # Every record kept, in fire order (firedAt never decreases along it): a tuple each, but
+        # past the first `indexed` records, where a FireRun may hold a run's records until
+        # `index_tail` turns them into tuples.
+        self.order: deque[tuple | FireRun] = deque()
         self.indexed = 0
+        self.size = 0  # records kept
 
     def __len__(self) -> int:
-        return len(self.order)
+        return self.size
 
     def remember(self, record: tuple) -> None:
         """Adds a record; call `trim` after the fire that made it (the bound holds between entries)."""
         self.order.append(record)
+        self.size += 1
+
+    def remember_run(self, run: FireRun) -> None:
+        """Adds a run's records, as `remember` of each would."""
+        self.order.append(run)
+        self.size += len(run)
 
     def index_tail(self) -> None:
         """File the records appended since the last call under their keys, oldest first, so a later
         fire of a key replaces an earlier one. O(records appended since)."""
         order = self.order
-        fresh = len(order) - self.indexed
+        fresh = self.size - self.indexed
         if not fresh:
             return
-        tail = list(islice(reversed(order), fresh))
+        tail: list[tuple] = []
+        while len(tail) < fresh:  # the fresh items, runs made tuples, taken off the end and put back
+            item = order.pop()
+            tail += reversed(item.records()) if type(item) is FireRun else (item,)
         tail.reverse()
+        order.extend(tail)
         by_queue = self.by_queue
         queue = answers = None
         for record in tail:
@@ -110,7 +151,7 @@ class FiredMemory:
                 if answers is None:
                     answers = by_queue[queue] = {}
             answers[record[F_KEY]] = record
-        self.indexed = len(order)
+        self.indexed = self.size
 
     def find(self, queue: str, key: str, clock: int) -> tuple | None:
         """The key's live record at `clock`, or None."""
@@ -139,9 +180,20 @@ class FiredMemory:
         queue = answers = None
         while order:
             oldest = order[0]
-            if len(order) <= bound and oldest[F_EXPIRES_AT] > now:
+            if type(oldest) is FireRun:  # past every filed record: nothing to take out of a map
+                if self.size > bound and oldest.expires_at > now and len(oldest) > self.size - bound:
+                    oldest.start += self.size - bound
+                    self.size = bound
+                    return
+                if self.size <= bound and oldest.expires_at > now:
+                    return
+                order.popleft()
+                self.size -= len(oldest)
+                continue
+            if self.size <= bound and oldest[F_EXPIRES_AT] > now:
                 return
             order.popleft()
+            self.size -= 1
             if not self.indexed:  # never filed: no key map names it
                 continue
             self.indexed -= 1
@@ -172,6 +224,7 @@ class FiredMemory:
             *fields, live = row
             record = tuple(fields)
             memory.order.append(record)
+            memory.size += 1
             if live:
                 memory.by_queue.setdefault(record[F_QUEUE], {})[record[F_KEY]] = record
         memory.indexed = len(memory.order)

@@ -128,9 +128,10 @@ def check_fired_memory(memory: FiredMemory, broker: Broker, clock: int) -> None:
     and filed under its own key; every fire names a message the log holds (or held, below its base)
     with that txn and messageId, every dead letter a DLQ row of its queue."""
     order = memory.order
-    require(len(order) <= limits.MAX_REMEMBERED_FIRES, f"{len(order)} fires remembered, over the bound")
-    require(0 <= memory.indexed <= len(order), f"{memory.indexed} of {len(order)} fire records filed")
+    require(len(memory) <= limits.MAX_REMEMBERED_FIRES, f"{len(memory)} fires remembered, over the bound")
+    require(0 <= memory.indexed <= len(memory), f"{memory.indexed} of {len(memory)} fire records filed")
     memory.index_tail()  # the key maps are lazy (fired_memory.py): check them whole
+    require(len(order) == len(memory), f"{len(order)} fire records kept, {len(memory)} counted")
     require(all(len(record) == len(RECORD_FIELDS) for record in order), "a fire record of another shape")
     require(all(a[F_FIRED_AT] <= b[F_FIRED_AT] for a, b in pairwise(order)), "fire records out of fire order")
     require(all(r[F_FIRED_AT] < r[F_EXPIRES_AT] and r[F_FIRED_AT] <= clock for r in order),

@@ -9,7 +9,8 @@ deterministic: it depends only on the entries applied.
   encrypted)`; its offset is its position plus `base`. Tuples keep a fired timer's message small.
 - Dedup window: `transactionId -> (offset, messageId, expiresAt)`, with `expiresAt = createdAt +
   dedupWindowSeconds` fixed when the message is appended (a later `configure` does not move it).
-  A deque of `(expiresAt, transactionId)` (or of one push command's ids: `expiry_txns`) in
+  A deque of `(expiresAt, transactionId)` (or of the ids one push command or one fired run of
+  timers appended: `expiry_txns`) in
   append order is pruned whenever an entry touches the
   partition, so the index holds at most one window of pushes. A window of 0 keeps no entries.
   Because the group clock never runs backwards, the deque is ordered unless the window was
@@ -52,7 +53,8 @@ def _created_at(message: tuple) -> int:
 def expiry_txns(txns: str | list[str]) -> tuple[str] | list[str]:
     """The transactionIds of one `dedup_expiry` entry: `(expiresAt, transactionId)`, or
     `(expiresAt, [transactionId, ...])` for those one push command appended to the partition
-    (push_rows.py: one entry per command, not per message). A snapshot holds one pair per id."""
+    (push_rows.py: one entry per command, not per message) or one run of fired timers (fire.py).
+    A snapshot holds one pair per id."""
     return (txns,) if type(txns) is str else txns
 
 
@@ -145,8 +147,8 @@ class Partition:
         return None
 
     def append(self, message: tuple, dedup_window_ms: int) -> int:
-        # fire.fire and push_rows.push_rows inline these steps (their hot paths): a change here goes
-        # there too.
+        # fire.py (per timer and per run) and push_rows.push_rows inline these steps (their hot
+        # paths): a change here goes there too.
         offset = self.base + len(self.log)
         self.log.append(message)
         if dedup_window_ms > 0:

@@ -30,15 +30,13 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from contextlib import contextmanager
-from operator import itemgetter
 from typing import IO, Iterator
 
 from . import snapshot_codec
 from .broker import Broker
 from .command_args import clamp_limit, group_name, parse_policy
-from .fire import FireTally, fire
+from .fire import FireTally, fire, fire_runs, fired_by_queue
 from .fired_memory import FiredMemory, record_answer
 from .invariants import check_tenant_state
 from .kv import KvStore, validate_kv_op
@@ -56,7 +54,7 @@ from .push_rows import push_rows_command
 from .refusal import Refusal, answer_bound, is_int, require
 from .timer_ops import (CHECK_PAYLOAD_BOUND, apply_timer_ops, check_payload_bounds, check_quota,
                         check_required_pending, validate_timer_ops)
-from .timers import T_QUEUE, TimerTable, peek_timer
+from .timers import TimerTable, peek_timer
 from .transaction import check_required_leases, required_leases, resolve_acks, split_operations
 
 FIRE_RESULTS = ("appended", "duplicate", "failed", "dlq")
@@ -169,14 +167,14 @@ class TenantState:
     def _tick(self, command: dict, now: int) -> dict:
         policy = parse_policy(command.get("policy"), "bad_request")
         table = self.timers
-        due = table.take_due(now, policy.fire_batch, policy.fire_max_bytes)
-        tally = fire(due, table, self.broker, policy, now, self.fired_memory)
+        runs = table.take_due_runs(now, policy.fire_batch, policy.fire_max_bytes)
+        tally = fire_runs(runs, table, self.broker, policy, now, self.fired_memory)
         self._count(tally)
         next_due = table.next_due_at()
-        # Fires (any result) by queue, for the leader's per-queue meter: Counter counts in C.
+        # Fires (any result) by queue, for the leader's per-queue meter.
         return {"fired": tally.fired, "appended": tally.appended, "duplicate": tally.duplicate,
                 "failed": tally.failed, "dlq": tally.dlq, "lagsMs": tally.lags,
-                "firedByQueue": dict(Counter(map(itemgetter(T_QUEUE), due))),
+                "firedByQueue": fired_by_queue(runs),
                 "moreDue": next_due is not None and next_due <= now, "nextDueAt": next_due}
 
     # --- messages ---------------------------------------------------------------------------------

@@ -137,49 +137,6 @@ def timer_of(entry: bytes, queue: str | None = None, key: str | None = None) -> 
             created_at if updated_at is None else updated_at)
 
 
-def timers_of(entries: list[bytes]) -> list[tuple]:
-    """`[timer_of(entry) for entry in entries]`, the same tuples, decoded in bulk (a fire's batch).
-
-    The fields of every entry go through msgpack in one call, as the elements of one array (each
-    entry's fields are one msgpack object, so their concatenation behind an array header is a
-    valid array), instead of one call per entry; the queue and dueAt once per run of entries that
-    share them (a backlog is mostly runs of one instant and one queue)."""
-    # Parallel lists of atoms, not a tuple per entry: fewer containers for the collector to track.
-    dues: list[int] = []
-    queues: list[str] = []
-    keys: list[str] = []
-    tails: list[bytes] = []
-    # A run: entries that begin with the same dueAt and queue, `prefix` (ended by the queue's NUL);
-    # their keys begin at `start`. An entry that begins with the prefix but has 0xFF next (an
-    # escaped NUL: a longer queue name; never a key's first byte, UTF-8 has none) starts a new run.
-    prefix, start = b"", -1
-    due_at = queue = None
-    for entry in entries:
-        if start < 0 or not entry.startswith(prefix) or entry[start] == _ESCAPE:
-            queue_end = _name_end(entry, 8)
-            queue = _intern(_name(entry[8:queue_end]))
-            due_at = int.from_bytes(entry[:8], "big") - _DUE_BIAS
-            start = queue_end + 1
-            prefix = entry[:start]
-        key_end = entry.index(0, start)
-        if entry[key_end + 1] == _ESCAPE:  # the key holds a NUL
-            key_end = _name_end(entry, start)
-            key = _name(entry[start:key_end])
-        else:
-            key = entry[start:key_end].decode("utf-8", "surrogatepass")
-        dues.append(due_at)
-        queues.append(queue)
-        keys.append(key)
-        tails.append(entry[key_end + 1:])
-    fields = _unpackb(_array_header(len(tails)) + b"".join(tails), use_list=False, raw=False)
-    return [(due_at, queue, key, DEFAULT_PARTITION if partition is None else _intern(partition),
-             key if txn is None else txn, message_id, payload, payload_zstd, encrypted,
-             None if producer_sub is None else _intern(producer_sub), retry, due_at - age,
-             due_at - age if updated_at is None else updated_at)
-            for due_at, queue, key, (partition, txn, message_id, payload, payload_zstd, encrypted,
-                                     producer_sub, retry, age, updated_at) in zip(dues, queues, keys, fields)]
-
-
 def _array_header(count: int) -> bytes:
     """The msgpack header of an array of `count` elements (array 32: any count a list holds)."""
     return b"\xdd" + count.to_bytes(4, "big")

@@ -40,16 +40,17 @@ Choices the contract leaves open (docs/spec.md lists those that reach the wire):
 from __future__ import annotations
 
 import sys
-from collections import deque
 from bisect import bisect_left, bisect_right
+from collections import deque
 from itertools import accumulate, islice, takewhile
-from operator import itemgetter, methodcaller
+from operator import methodcaller
 
 from sortedcontainers import SortedList
 
 from . import timer_wire
+from .due_runs import F_PAYLOAD, DueRun, runs_of
 from .sorted_bulk import drop_first, insert_sorted, remove_sorted
-from .timer_entries import due_bytes, due_of, entry_of, make_entry, name_bytes, timer_of, timers_of
+from .timer_entries import due_bytes, due_of, entry_of, make_entry, name_bytes, timer_of
 
 _intern = sys.intern
 
@@ -265,7 +266,12 @@ class TimerTable:
         return map(timer_of, self.due)
 
     def take_due(self, now: int, max_count: int, max_bytes: int) -> list[Timer]:
-        """Remove and return the due timers of one fire, in (dueAt, queue, timerKey) order.
+        """`take_due_runs`, as the Timer tuples of its runs."""
+        return [timer for run in self.take_due_runs(now, max_count, max_bytes) for timer in run.timers()]
+
+    def take_due_runs(self, now: int, max_count: int, max_bytes: int) -> list[DueRun]:
+        """Remove the due timers of one fire, in (dueAt, queue, timerKey) order, as runs of one
+        dueAt and queue (timer_entries.DueRun).
 
         At most `max_count` timers and `max_bytes` of stored payload, but always at least one, so
         a payload larger than the byte bound cannot wedge everything behind it.
@@ -274,7 +280,7 @@ class TimerTable:
         first that would pass a bound; it is done in bulk: the due entries (up to `max_count`) are
         a prefix of the index, found by bisecting its sublists, and a payload is shorter than its
         entry, so the run of entries whose lengths sum to at most `max_bytes` is within the byte
-        bound whatever their payloads, and is decoded at once (`timers_of`). Only past that run
+        bound whatever their payloads, and is decoded at once (`runs_of`). Only past that run
         (payloads near the bound) are the entries decoded and counted one at a time.
         """
         # An entry begins with its dueAt, biased to sort as bytes: every entry due after `now` is at
@@ -284,46 +290,53 @@ class TimerTable:
             return []
         safe = bisect_right(list(accumulate(map(len, entries))), max_bytes)
         if safe == len(entries):
-            taken = timers_of(entries)
+            runs = runs_of(entries)
+            taken = safe
         else:
-            taken = timers_of(entries[:safe])
-            total = sum(map(len, map(itemgetter(T_PAYLOAD), taken)))
+            runs = runs_of(entries[:safe]) if safe else []
+            total = sum(sum(map(len, run.column(F_PAYLOAD))) for run in runs)
+            taken = safe
             for entry in islice(entries, safe, None):
-                timer = timer_of(entry)
-                size = len(timer[T_PAYLOAD])
+                [run] = runs_of([entry])
+                size = len(run.column(F_PAYLOAD)[0])
                 if taken and total + size > max_bytes:
                     break
                 total += size
-                taken.append(timer)
-        drop_first(self.due, len(taken))
-        self._forget(taken)
-        return taken
+                taken += 1
+                runs.append(run)
+        drop_first(self.due, taken)
+        self._forget(runs, taken)
+        return runs
 
-    def _forget(self, taken: list[Timer]) -> None:
-        """Remove timers already out of the due index from the key maps, a queue at a time."""
-        queues = set(map(itemgetter(T_QUEUE), taken))
-        if len(queues) == 1:  # the usual tick: one queue's backlog
-            keys_by_queue = {queues.pop(): list(map(itemgetter(T_KEY), taken))}
-        else:
-            keys_by_queue = {}
-            for timer in taken:
-                gone = keys_by_queue.get(timer[T_QUEUE])
-                if gone is None:
-                    gone = keys_by_queue[timer[T_QUEUE]] = []
-                gone.append(timer[T_KEY])
+    def _forget(self, runs: list[DueRun], taken: int) -> None:
+        """Remove the runs' timers, already out of the due index, from the key maps, a queue at a
+        time. A run's keys ascend (its entries share dueAt and queue, so their bytes order is the
+        keys' order); a queue's keys from several runs are sorted together (runs of keys, cheap)."""
+        keys_by_queue: dict[str, list[str]] = {}
+        merged: set[str] = set()  # the queues with keys from several runs: a list of their own, sorted
+        for run in runs:
+            queue = run.queue
+            gone = keys_by_queue.get(queue)
+            if gone is None:
+                keys_by_queue[queue] = run.keys  # only read below
+                continue
+            if queue not in merged:
+                merged.add(queue)
+                gone = keys_by_queue[queue] = list(gone)
+            gone += run.keys
+        for queue in merged:
+            keys_by_queue[queue].sort()
         by_queue = self.by_queue
         for queue, gone in keys_by_queue.items():
             timers = by_queue[queue]
             # del timers[key] for each key, in C (a deque of length 0 only consumes the map).
             deque(map(timers.__delitem__, gone), 0)
             if timers:
-                # Due order sorts keys only within one instant: sort (nearly sorted, so cheap).
-                gone.sort()
                 remove_sorted(self.keys[queue], gone)
             else:
                 del by_queue[queue]
                 del self.keys[queue]
-        self.count -= len(taken)
+        self.count -= taken
 
     def take(self, timers: list[Timer]) -> list[Timer]:
         """Remove the given timers (the due schedules of one entry) in fire order.

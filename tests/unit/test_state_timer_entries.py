@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from queen_raft.state import TenantState
 from queen_raft.state.limits import DEFAULT_PARTITION
-from queen_raft.state.timer_entries import entry_of, queue_and_key, timer_of, timers_of
+from queen_raft.state.due_runs import timers_of
+from queen_raft.state.timer_entries import entry_of, queue_and_key, timer_of
 from queen_raft.state.timers import TimerTable
 
 # Few distinct characters, NUL and a lone surrogate among them, so names often begin one another.
