@@ -40,8 +40,8 @@ until its log's commands hold at least `log_to_snapshot_ratio` of its last snaps
 rule Redis applies to its AOF rewrite, `auto-aof-rewrite-percentage`): the writers' work per byte
 of log stays bounded, and so does the replay next to the restore it follows. Large entries (256
 schedules each) pass it long before `min_entries`, so their compactions are as before. A
-compaction asked for explicitly (quiet, repair, TenantGroup) and a log past
-LOG_COMPACTION_MAX_BYTES do not wait for it. A ratio of 0 turns it off.
+compaction asked for explicitly (quiet, repair, TenantGroup) and a log of
+LOG_WORTH_A_SNAPSHOT_BYTES do not wait for it. A ratio of 0 turns it off.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
 # The longest a member defers a snapshot for its turn; longer than a turn at any load that
 # compacts often, short against the 300 s time-based compaction.
 MAX_WAIT_S = 60.0
+# A log this long is worth a snapshot whatever the state's size: it bounds the replay after a
+# restart of a large state (at ten million timers half a snapshot is about 100 MiB of schedules,
+# seconds of replay) while a pop + ack load next to a state of tens of MiB still waits for half.
+LOG_WORTH_A_SNAPSHOT_BYTES = 64 * 1024 * 1024
 # The gap between two members' writers when the log is quiet: this member's last writer's duration
 # times WRITER_MARGIN (the members hold the same state, so theirs take about as long), at least
 # MIN_STAGGER_S; DEFAULT_STAGGER_S before this process has run a writer.
@@ -131,7 +135,7 @@ class CompactionTurn:
         if self.log_bytes is None or self.snapshot_path is None or self.log_to_snapshot_ratio <= 0:
             return True
         log_bytes = self.log_bytes()
-        if log_bytes is None or log_bytes >= LOG_COMPACTION_MAX_BYTES:
+        if log_bytes is None or log_bytes >= min(LOG_WORTH_A_SNAPSHOT_BYTES, LOG_COMPACTION_MAX_BYTES):
             return True
         try:
             snapshot_bytes = os.stat(self.snapshot_path).st_size

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from queen_raft.raft.compaction_turn import CompactionTurn, register_turn
-from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
+from queen_raft.raft.compaction_turn import LOG_WORTH_A_SNAPSHOT_BYTES, CompactionTurn, register_turn
 from queen_raft.raft.snapshot_writer import SnapshotSerializer
 
 SNAPSHOT_BYTES = 10_000
@@ -49,8 +48,11 @@ def test_an_explicit_request_does_not_wait_for_the_log(tmp_path):
     assert turn.may_start(10)
 
 
-def test_a_log_past_the_byte_ceiling_does_not_wait(tmp_path):
-    turn = lone_member(tmp_path, Log(LOG_COMPACTION_MAX_BYTES), ratio=1e9)
+def test_a_log_of_the_byte_bound_does_not_wait_however_large_the_snapshot(tmp_path):
+    log = Log(LOG_WORTH_A_SNAPSHOT_BYTES - 1)
+    turn = lone_member(tmp_path, log, ratio=1e9)
+    assert not turn.may_start(10)
+    log.size = LOG_WORTH_A_SNAPSHOT_BYTES
     assert turn.may_start(10)
 
 
