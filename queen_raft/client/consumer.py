@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
@@ -176,19 +177,26 @@ async def consume(transport: Transport, queue: str, *, group: str | None = None,
         messages = await pop(transport, queue, group=group, partition=partition, batch=batch, wait=wait)
         if not messages:
             continue
-        keeper = None
-        if renew_s is not None and messages[0].lease_id is not None:
-            keeper = asyncio.create_task(renew_lease_until_cancelled(transport, messages[0].lease_id, renew_s))
-        try:
+        async with lease_kept(transport, messages[0].lease_id, renew_s):
             for message in messages:
                 yield message
-        finally:
-            if keeper is not None:
-                keeper.cancel()
-                try:
-                    await keeper
-                except asyncio.CancelledError:
-                    pass
+
+
+@contextlib.asynccontextmanager
+async def lease_kept(transport: Transport, lease_id: str | None, renew_s: int | None) -> AsyncIterator[None]:
+    """While the body runs, the lease is extended every so often (none without a lease or renew_s)."""
+    keeper = None
+    if renew_s is not None and lease_id is not None:
+        keeper = asyncio.create_task(renew_lease_until_cancelled(transport, lease_id, renew_s))
+    try:
+        yield
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+            try:
+                await keeper
+            except asyncio.CancelledError:
+                pass
 
 
 async def renew_lease_until_cancelled(transport: Transport, lease_id: str, seconds: int) -> None:

@@ -9,13 +9,12 @@ the caller settles the batch's messages on it (`batch.ack(m)`, `batch.nack(m, er
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator, Sequence, Union
 
 from queen_raft.client.consumer import (
-    ACK_STATUSES, DEFAULT_POLL_WAIT, Message, pop, pop_target, renew_lease_until_cancelled,
+    ACK_STATUSES, DEFAULT_POLL_WAIT, Message, lease_kept, pop, pop_target,
 )
 from queen_raft.client.durations import Duration, duration_ms, duration_seconds
 from queen_raft.client.results import AckResult
@@ -168,16 +167,6 @@ async def consume_batches(transport: Transport, queue: str, *, group: str | None
             continue
         current = Batch(answered.messages, verdicts)
         verdicts = []
-        keeper = None
-        if renew_s is not None and answered.lease_id is not None:
-            keeper = asyncio.create_task(renew_lease_until_cancelled(transport, answered.lease_id, renew_s))
-        try:
+        async with lease_kept(transport, answered.lease_id, renew_s):
             yield current
-        finally:
-            if keeper is not None:
-                keeper.cancel()
-                try:
-                    await keeper
-                except asyncio.CancelledError:
-                    pass
         settle = current.settlements()
