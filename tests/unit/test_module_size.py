@@ -48,3 +48,15 @@ def test_every_allowed_table_exists_and_is_still_long():
     # An exception that no longer applies is removed, so the list never hides a new long function.
     over = {f"{path.relative_to(PACKAGE)}:{name}" for path in modules() for name, _ in long_functions(path)}
     assert set(DECLARATIVE_TABLES) <= over
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """pytest imports test modules by their base name (rootdir, no packages): a second file of the
+    same name in another folder stops the whole run at collection."""
+    from collections import defaultdict
+
+    tests_root = Path(__file__).resolve().parents[1]
+    by_name = defaultdict(list)
+    for path in tests_root.rglob("test_*.py"):
+        by_name[path.name].append(str(path.relative_to(tests_root)))
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
