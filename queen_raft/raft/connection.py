@@ -44,6 +44,9 @@ from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_B
 WIRE_ZLIB_LEVEL = 0
 # Protocol 4 pickles bytes as bytes (protocol 2 makes a 1 MiB argument a 1.5 MiB latin-1 str).
 WIRE_PICKLE_PROTOCOL = 4
+# At most this much per recv: under glibc's mmap threshold (128 KiB), so a recv buffer comes
+# from the heap without a system call; a larger frame takes several recvs of one read event.
+READ_CHUNK_BYTES = 64 * 1024
 _FRAME_HEADER = struct.Struct("i")  # pysyncobj's frame: native-endian signed length
 # A Fernet token is URL-safe base64 of version (1 byte) | timestamp (8, big-endian) | IV | ...;
 # its first 12 characters decode to exactly the version and the timestamp.
@@ -216,13 +219,42 @@ class FastTcpConnection(TcpConnection):
         FastTcpConnection.frames_refused += 1
         self.disconnect()
 
+    # Whether this read event's last recv returned less than it asked for (see __processRead).
+    _drained = False
+
+    def _TcpConnection__tryReadBuffer(self):
+        self._drained = False
+        super()._TcpConnection__tryReadBuffer()
+
     def _TcpConnection__processRead(self):
-        if len(self._TcpConnection__readBuffer) > self.frame_limit() + _FRAME_HEADER.size:
+        """Stock's read (recv, SO_ERROR, EOF: disconnect), in chunks of at most READ_CHUNK_BYTES,
+        ending the read event's loop at a short recv.
+
+        The stock loop recvs recvBufferSize (the 4 MiB socket buffer) until EAGAIN: each read event
+        allocated 4 MiB twice and raised and caught an exception in its last recv, for a message of
+        a few hundred bytes. A chunk under glibc's mmap threshold comes from the heap, and a recv
+        shorter than asked took what the socket held; the poll is level-triggered, so bytes that
+        arrive after it are reported by the next poll, which then does not wait."""
+        if self._drained:
+            return False
+        read_buffer = self._TcpConnection__readBuffer
+        if len(read_buffer) > self.frame_limit() + _FRAME_HEADER.size:
             # A whole frame is buffered: parse it before reading more (the poll is level-triggered,
             # so what is left in the socket is reported again).
             return False
-        if not super()._TcpConnection__processRead():
+        sock = self._TcpConnection__socket
+        chunk = min(self._TcpConnection__recvBufferSize, READ_CHUNK_BYTES)
+        try:
+            incoming = sock.recv(chunk)
+        except socket.error as e:
+            if e.errno not in (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK):
+                self.disconnect()
             return False
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or not incoming:
+            self.disconnect()
+            return False
+        read_buffer += incoming
+        self._drained = len(incoming) < chunk
         if self._first_frame_refused():
             self._refuse_frame()
             return False

@@ -134,7 +134,7 @@ class LogMatchingSyncObj(SyncObj):
         sent = message.get("entries", [])
         # prevLogIdx, the entries the message covers, and one more: enough to see whether the log
         # goes past the message, without copying the whole tail.
-        held = self._SyncObj__getEntries(prev_idx, len(sent) + 2)
+        held = self._held_index_terms(prev_idx, len(sent) + 2)
         if not held or held[0][2] != message["prevLogTerm"]:
             return message  # (1) stock answers with a reset and touches no entry
         held_after_prev = held[1:]
@@ -168,6 +168,20 @@ class LogMatchingSyncObj(SyncObj):
         if matched == 0:
             return message  # (3) nothing held to skip: stock's handling is already Raft's
         return dict(message, prevLogIdx=verified_through, prevLogTerm=held[matched][2], entries=sent[matched:])  # (3)
+
+    def _held_index_terms(self, from_idx: int, count: int) -> list:
+        """The log's entries from `from_idx` on, at most `count`, as (None, index, term): all this
+        step compares. Read from the journal's per-entry index and term lists when it keeps them,
+        so that no command is copied out of the file and checksummed for two integers; a log
+        without them (pysyncobj's in-memory one, in tests) is sliced as stock does."""
+        raft_log = self._SyncObj__raftLog
+        indexes = getattr(raft_log, "indexes", None)
+        if not indexes:
+            return self._SyncObj__getEntries(from_idx, count)
+        if from_idx < indexes[0]:
+            return []  # before the snapshot: what __getEntries answers
+        start = from_idx - indexes[0]
+        return [(None, index, term) for index, term in zip(indexes[start:start + count], raft_log.terms[start:start + count])]
 
     def append_counters(self) -> dict:
         return {

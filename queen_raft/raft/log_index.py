@@ -66,10 +66,13 @@ class IndexedLogSyncObj(SnapshotGuardedSyncObj):
         result = log[diff:] if count is None else log[diff:diff + count]
         if maxSizeBytes is None:
             return result
+        # Stock's cut (every entry up to the one that reaches the budget), each entry read once: a
+        # slice of the journal reads an entry (a copy and a checksum) each time it is indexed.
         total_size = 0
-        i = 0
-        for i, entry in enumerate(result):
+        kept = []
+        for entry in result:
+            kept.append(entry)
             total_size += len(entry[0])
             if total_size >= maxSizeBytes:
                 break
-        return result[:i + 1]
+        return kept

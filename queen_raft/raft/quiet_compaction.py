@@ -16,13 +16,14 @@ so an idle group never compacts in a loop. Nor does a member ask while its own w
 regular one that started as the burst ended): pysyncobj would keep the request and start a second
 writer right after the first.
 
-The check runs on the group's tick thread (a pysyncobj tick callback, about every 50 ms); asking
+The check runs on the group's tick thread (a pysyncobj tick callback, at most every 50 ms); asking
 is pysyncobj's forceLogCompaction, which starts the writer at the next tick.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 # No entry applied for this long: the burst is over.
 QUIET_S = 0.5
+# The tick callback looks at most this often: pysyncobj ticks on every message (under writes
+# several times an entry), and a burst's end is a matter of QUIET_S; it then notices an apply and
+# the quiet instant at most this much late.
+QUIET_CHECK_INTERVAL_S = 0.05
 # Entries applied past the snapshot worth a snapshot at rest: fewer replay in a small part of what
 # the restore of a large state takes, and a trickle of writes does not set a writer off each time.
 QUIET_MIN_ENTRIES = 64
@@ -89,12 +94,18 @@ def _first_index(raft_log, applied: int) -> int:
 
 
 def install_quiet_compaction(syncobj, turn: CompactionTurn) -> QuietCompaction:
-    """Check on each of the group's ticks; ask for a compaction (in turn) when the time has come."""
+    """Check on the group's ticks (at most every QUIET_CHECK_INTERVAL_S); ask for a compaction (in turn) when the time has come."""
     quiet = QuietCompaction(turn)
     raft_log = syncobj._SyncObj__raftLog
     serializer = syncobj._SyncObj__serializer
 
+    next_check_at = [-math.inf]
+
     def on_tick() -> None:
+        now = quiet.clock()
+        if now < next_check_at[0]:
+            return
+        next_check_at[0] = now + QUIET_CHECK_INTERVAL_S
         applied = syncobj.raftLastApplied
         past_snapshot = applied - _first_index(raft_log, applied)
         leader = syncobj._getLeader()

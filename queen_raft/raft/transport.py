@@ -72,6 +72,12 @@ log = logging.getLogger(__name__)
 # password, or a stranger, shows in the log without a line per attempt.
 REFUSAL_LOG_INTERVAL_S = 60.0
 
+# The checks that watch for slow events (a listener to resume, handshakes past their deadline,
+# refusal counts to log, a burst's end to trim the heap after) run at most this often, not on every
+# tick: under writes pysyncobj ticks on every message, several times per entry. Each of them acts
+# at most this much late, against deadlines of a second or more.
+HOUSEKEEPING_INTERVAL_S = 0.05
+
 # The message a follower sends to acknowledge appended entries; held until the journal is durable.
 ACKNOWLEDGEMENT_TYPE = "next_node_idx"
 
@@ -195,6 +201,7 @@ class GroupTransport(TCPTransport):
     utility_commands_refused = 0
     listener_rebinds = 0
     messages_sent: dict[str, int] | None = None
+    _housekeeping_due_at = -math.inf
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_map=None, group_commit=False,
                  handshake_timeout_s=HANDSHAKE_TIMEOUT_S, aead_frames=True):
@@ -379,9 +386,12 @@ class GroupTransport(TCPTransport):
 
     def _onTick(self):
         now = monotonic_time()
-        self._keep_listening(now)
-        self._close_expired_handshakes(now)
-        self._report_refusals(now)
+        if now >= self._housekeeping_due_at:
+            self._housekeeping_due_at = now + HOUSEKEEPING_INTERVAL_S
+            self._keep_listening(now)
+            self._close_expired_handshakes(now)
+            self._report_refusals(now)
+            self._trim_heap_after_a_burst(now)
         self.flush_and_release()
         if getattr(self.journal, "disk_full", False):
             self._stand_aside()
@@ -391,7 +401,6 @@ class GroupTransport(TCPTransport):
             # Takes effect at the next tick's compaction check; while a dump is running it is a no-op.
             self._syncObj.forceLogCompaction()
             self.compaction_requests += 1
-        self._trim_heap_after_a_burst()
         super()._onTick()
 
     def flush_and_release(self) -> None:
@@ -417,11 +426,10 @@ class GroupTransport(TCPTransport):
             sync_obj._SyncObj__raftLeader = None
         sync_obj._SyncObj__raftElectionDeadline = monotonic_time() + sync_obj.conf.raftMaxTimeout
 
-    def _trim_heap_after_a_burst(self) -> None:
+    def _trim_heap_after_a_burst(self, now: float) -> None:
         watch = self._burst_end
         if watch is None:
             return
-        now = monotonic_time()
         if watch.burst_ended(getattr(self.journal, "bytes_appended", 0), now):
             self.heap_trimmer.trim(now)
 

@@ -7,6 +7,7 @@ import os
 import pickle
 import socket
 import struct
+import threading
 import time
 import zlib
 
@@ -15,7 +16,7 @@ from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from queen_raft.raft.connection import FastTcpConnection
+from queen_raft.raft.connection import READ_CHUNK_BYTES, FastTcpConnection
 from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_BYTES
 
 POLLS = 50
@@ -121,3 +122,46 @@ def test_a_frame_older_than_the_last_is_dropped(pair):
     sender.sendall(struct.pack("i", len(newer)) + newer + struct.pack("i", len(older)) + older)
     pump(poller, receiver, lambda: len(received) > 1)
     assert received == ["newer"] and receiver.state == CONNECTION_STATE.DISCONNECTED
+
+
+def test_a_read_event_stops_at_a_short_recv_and_the_rest_comes_at_the_next_poll(pair, monkeypatch):
+    """One recv per read event when it returns less than asked (the stock loop recvs again until
+    EAGAIN), of at most READ_CHUNK_BYTES however large the socket buffer; bytes that arrive after
+    it are read at the next poll, and nothing is lost."""
+    poller, sender, receiver, received = pair
+    receiver._TcpConnection__recvBufferSize = 4 * 1024 * 1024  # the group's socket buffers
+    receiver.peer_proven = True
+    receiver.encryptor = None  # plain frames: this test is about the reads, not the frames
+    sock = receiver._TcpConnection__socket
+    recvs = []
+    real_recv = sock.recv
+
+    class CountingSocket:
+        def __getattr__(self, name):
+            return getattr(sock, name)
+
+        def recv(self, size):
+            recvs.append(size)  # every call, also one that finds nothing and raises EAGAIN
+            return real_recv(size)
+
+    monkeypatch.setattr(receiver, "_TcpConnection__socket", CountingSocket())
+
+    def plain(message) -> bytes:
+        body = zlib.compress(pickle.dumps(message, protocol=4))
+        return struct.pack("i", len(body)) + body
+
+    sender.sendall(plain("first"))
+    pump(poller, receiver, lambda: received)
+    assert received == ["first"] and len(recvs) == 1
+    sender.sendall(plain("second") + plain("third"))
+    pump(poller, receiver, lambda: len(received) == 3)
+    assert received == ["first", "second", "third"] and len(recvs) == 2
+    big = os.urandom(3 * READ_CHUNK_BYTES)  # more than one recv holds
+    sender.setblocking(True)
+    sender.settimeout(10)
+    feeder = threading.Thread(target=sender.sendall, args=(plain(big),))
+    feeder.start()
+    pump(poller, receiver, lambda: len(received) == 4)
+    feeder.join(10)
+    assert received[3] == big and receiver.state == CONNECTION_STATE.CONNECTED
+    assert set(recvs) == {READ_CHUNK_BYTES}

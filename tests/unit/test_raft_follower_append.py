@@ -20,6 +20,7 @@ from pysyncobj.transport import Transport, TCPTransport
 from queen_raft.raft.follower_append import LogMatchingSyncObj, count_held_prefix
 from queen_raft.raft.journal import CompactionGuardedJournal, GroupCommitJournal
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal, unregister_journal
+from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.transport import GroupTransport
 
 SELF_ADDR, LEADER_ADDR, OTHER_ADDR = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
@@ -130,6 +131,38 @@ def test_an_identical_resend_deletes_nothing_and_acks_the_same(follower):
     follower.tick()
     assert follower.journal.flushes == flushes  # nothing new to flush
     assert follower.close() == [FIRST] + entries(2, 6, 1)
+
+
+def test_matching_the_log_reads_no_entry_from_the_journal(tmp_path, monkeypatch):
+    """The step before the stock handler compares only indexes and terms: it decides a new append, a
+    commit-only message, a resend, an overlap and a conflict without copying a command out of the
+    journal and checking it (the group's SyncObj, whose last-index lookups read no entry either)."""
+    follower = Follower(tmp_path, monkeypatch, CoalescingSyncObj)
+    follower.append(1, 0, entries(2, 6, 1))
+    follower.tick()
+    reads = []
+    entry_at = follower.journal.entry_at
+    monkeypatch.setattr(follower.journal, "entry_at", lambda position: reads.append(position) or entry_at(position))
+
+    def step(prev_idx, prev_term, sent, term=1):
+        message = {"type": "append_entries", "term": term, "commit_index": 0, "entries": sent,
+                   "prevLogIdx": prev_idx, "prevLogTerm": prev_term}
+        return follower.syncobj._without_held_entries(LEADER, message)
+
+    new = step(6, 1, entries(7, 8, 1))
+    assert new["prevLogIdx"] == 6 and new["entries"] == entries(7, 8, 1)  # nothing held: as sent
+    assert step(6, 1, [])["prevLogIdx"] == 6  # commit-only, at the log's end
+    assert step(4, 1, []) is None  # commit-only, behind the log's end: answered here
+    resend = step(1, 0, entries(2, 6, 1))
+    assert (resend["prevLogIdx"], resend["entries"]) == (6, [])  # every entry held: none to add
+    overlap = step(4, 1, entries(5, 8, 1))
+    assert (overlap["prevLogIdx"], overlap["prevLogTerm"], overlap["entries"]) == (6, 1, entries(7, 8, 1))
+    conflict = step(4, 1, entries(5, 5, 1) + entries(6, 7, 2), term=2)
+    assert (conflict["prevLogIdx"], conflict["entries"]) == (5, entries(6, 7, 2))
+    assert step(6, 2, entries(7, 7, 2), term=2)["prevLogTerm"] == 2  # prev term differs: stock's reset
+    assert step(0, 0, entries(1, 1, 1)) is not None  # before the log's first entry: stock's answer
+    assert reads == []
+    follower.close()
 
 
 @pytest.mark.parametrize("syncobj_class", [LogMatchingSyncObj, SyncObj])

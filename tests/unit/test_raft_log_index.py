@@ -86,6 +86,15 @@ def test_entries_match_stock(log, from_index, count, max_bytes):
     assert ours == stock
 
 
+@pytest.mark.parametrize("from_index, max_bytes, kept", [(6, 4000, 2), (6, 9000, 3), (5, 1, 1), (6, 10**9, 6)])
+def test_entries_under_a_byte_budget_are_read_once_each(log, from_index, max_bytes, kept):
+    """The leader asks for the tail under a byte budget for every AppendEntries it sends: each
+    entry it keeps is read (copied and checked) once, not once to size it and again to return it."""
+    ours, stock, reads = both(log, "_SyncObj__getEntries", from_index, None, max_bytes)
+    assert ours == stock and len(ours) == kept
+    assert reads == kept
+
+
 def test_a_stock_log_takes_the_stock_path():
     stock_log = [(b"a", 3, 1), (b"b", 4, 2)]  # pysyncobj's in-memory journal is a list of tuples
     syncobj = over(stock_log)

@@ -279,6 +279,31 @@ def test_journal_counts_its_bytes_through_every_change(tmp_path):
     assert CompactionGuardedJournal(str(tmp_path / "j")).size_bytes == 20  # recounted on reopen
 
 
+def test_every_tick_flushes_and_releases_but_the_slow_checks_run_once_an_interval(monkeypatch):
+    """Under writes pysyncobj ticks on every message: the group-commit flush and release stay on
+    every tick, while the checks that watch for slow events run once per HOUSEKEEPING_INTERVAL_S."""
+    from queen_raft.raft import transport as transport_module
+
+    now = [1000.0]
+    monkeypatch.setattr(transport_module, "monotonic_time", lambda: now[0])
+    journal = FakeJournal()
+    transport, sent, ticks = bare_transport(monkeypatch, journal)
+    checks = []
+    for name in ("_keep_listening", "_close_expired_handshakes", "_report_refusals", "_trim_heap_after_a_burst"):
+        monkeypatch.setattr(transport, name, lambda at, name=name: checks.append((name, at)))
+    ack = {"type": "next_node_idx", "next_node_idx": 5, "success": True}
+    for step in range(3):
+        journal.dirty = True
+        transport.send("leader", ack)
+        transport._onTick()
+        assert journal.flushes == step + 1 and len(sent) == step + 1  # flushed and released each tick
+        now[0] += transport_module.HOUSEKEEPING_INTERVAL_S / 3
+    assert [at for _, at in checks] == [1000.0] * 4  # once, in the first tick
+    now[0] = 1000.0 + transport_module.HOUSEKEEPING_INTERVAL_S
+    transport._onTick()
+    assert len(checks) == 8 and len(ticks) == 4
+
+
 def test_a_log_over_the_byte_bound_forces_a_compaction(monkeypatch):
     from queen_raft.raft.settings import LOG_COMPACTION_MAX_BYTES
 

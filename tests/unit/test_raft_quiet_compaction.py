@@ -3,6 +3,8 @@ only once per quiet index, after enough entries, the members one after the other
 
 from __future__ import annotations
 
+import pytest
+
 from queen_raft.raft.compaction_turn import DEFAULT_STAGGER_S, MIN_STAGGER_S, WRITER_MARGIN, CompactionTurn
 from queen_raft.raft.quiet_compaction import QUIET_MIN_ENTRIES, QUIET_S, QuietCompaction, install_quiet_compaction
 
@@ -165,6 +167,25 @@ def test_the_tick_callback_forces_one_compaction_in_turn(monkeypatch):
         tick()
     assert syncobj.forced == 1
     assert turn.may_start(500)  # the forced start does not wait for the turn
+
+
+def test_the_tick_callback_looks_at_the_log_at_most_once_an_interval():
+    """pysyncobj ticks on every message; the callback reads the group's state once per
+    QUIET_CHECK_INTERVAL_S and returns at once on the ticks in between."""
+    from queen_raft.raft.quiet_compaction import QUIET_CHECK_INTERVAL_S
+
+    clock = FakeClock()
+    syncobj = FakeSyncObj(500, list(range(400, 501)))
+    looks = []
+    syncobj._getLeader = lambda: looks.append(clock.now)
+    quiet = install_quiet_compaction(syncobj, CompactionTurn(0, 1, 2000))
+    quiet.clock = clock
+    (tick,) = syncobj.callbacks
+    start = clock.now
+    for _ in range(10):
+        tick()
+        clock.now += QUIET_CHECK_INTERVAL_S / 4
+    assert looks == pytest.approx([start, start + QUIET_CHECK_INTERVAL_S, start + 2 * QUIET_CHECK_INTERVAL_S])
 
 
 def test_no_compaction_is_asked_while_the_members_own_writer_runs_and_it_is_asked_after():

@@ -57,6 +57,10 @@ def test_pysyncobj_is_the_pinned_version():
 
 # -- TcpConnection ----------------------------------------------------------------------------------
 
+# sha256 of inspect.getsource(TcpConnection.__processRead) in 0.3.17, which FastTcpConnection replaces.
+STOCK_PROCESS_READ_SHA256 = "002c11f3c6f60907a12c9e402930e5e33bda022686475534bdcee04ee5570b67"
+
+
 def test_tcp_connection_private_members_we_override_exist():
     assert params(TcpConnection.send) == ["self", "message"]
     assert params(TcpConnection.connect) == ["self", "host", "port"]
@@ -71,6 +75,15 @@ def test_tcp_connection_private_members_we_override_exist():
     assert "zlib.compress(pickle.dumps(message), 3)" in source(TcpConnection.send)
     # Receiving still appends with += (works in place on a bytearray) and decompresses with zlib.
     assert "self.__readBuffer += incoming" in source(TcpConnection._TcpConnection__processRead)
+    # FastTcpConnection replaces the read (in chunks, ending the read event's loop after a short
+    # recv): the loop is this one, the read is stock's below, and the READ event of the
+    # level-triggered poll calls the loop.
+    assert params(TcpConnection._TcpConnection__tryReadBuffer) == ["self"]
+    assert params(TcpConnection._TcpConnection__processRead) == ["self"]
+    assert "while self.__processRead():" in source(TcpConnection._TcpConnection__tryReadBuffer)
+    assert "self.__tryReadBuffer()" in source(TcpConnection._TcpConnection__processConnection)
+    assert hashlib.sha256(source(TcpConnection._TcpConnection__processRead).encode()).hexdigest() == (
+        STOCK_PROCESS_READ_SHA256), "TcpConnection.__processRead changed: re-read connection.py"
     assert "zlib.decompress(data)" in source(TcpConnection._TcpConnection__processParseMessage)
 
 
