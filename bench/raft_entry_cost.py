@@ -25,7 +25,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
+
+from raft_fsync_bench import http  # run as a script: bench/ is on sys.path
 
 NODES = 3
 START_TIMEOUT_S = 30.0
@@ -37,7 +38,7 @@ async def run_node(args) -> None:
     from aiohttp import web
 
     from queen_raft.raft import RaftSettings, TenantGroup
-    from raft_fsync_bench import CounterState
+    from raft_fsync_bench import CounterState, serve_until_sigterm
 
     sys.setswitchinterval(0.0005)  # as node.py does (GIL_SWITCH_INTERVAL_S)
     addrs = [f"127.0.0.1:{args.base_port + i}" for i in range(NODES)]
@@ -75,22 +76,7 @@ async def run_node(args) -> None:
 
     app = web.Application()
     app.add_routes([web.get("/status", status), web.post("/paced", paced)])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", args.base_port + 10 + args.index).start()
-    stopping = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    await stopping.wait()
-    await group.stop()
-    await runner.cleanup()
-    group.destroy()
-
-
-def http(method: str, port: int, path: str, body: dict | None = None, timeout: float = 300) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+    await serve_until_sigterm(app, args.base_port + 10 + args.index, group)
 
 
 def thread_cpu_s(pid: int) -> dict[int, float]:

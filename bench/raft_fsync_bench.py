@@ -107,9 +107,16 @@ async def run_node(args) -> None:
 
     app = web.Application()
     app.add_routes([web.get("/status", status), web.post("/bench", bench)])
+    await serve_until_sigterm(app, HTTP_BASE_PORT + args.index, group)
+
+
+async def serve_until_sigterm(app, port: int, group) -> None:
+    """Serves a node's control routes on 127.0.0.1:port until SIGTERM, then stops its group."""
+    from aiohttp import web
+
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", HTTP_BASE_PORT + args.index).start()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     await stopping.wait()
