@@ -18,15 +18,13 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from raft_fsync_bench import http  # run as a script: bench/ is on sys.path
+from raft_fsync_bench import http, stop_nodes  # run as a script: bench/ is on sys.path
 
 NODES = 3
 START_TIMEOUT_S = 30.0
@@ -166,15 +164,7 @@ def main() -> None:
             print(json.dumps(row))
         print(json.dumps({"three_nodes_us_per_entry": sum(row["us_per_entry"] for row in rows)}))
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        shutil.rmtree(data_root, ignore_errors=True)
+        stop_nodes(processes, data_root)
 
 
 if __name__ == "__main__":

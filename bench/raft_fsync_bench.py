@@ -190,15 +190,20 @@ def run_mode(fsync: str, password: str, args) -> None:
         flushes = [http("GET", HTTP_BASE_PORT + i, "/status")["journalFlushes"] for i in range(NODES)]
         print(f"fsync={fsync:5s} password={password:3s} journal flushes per node for {entries} entries: {flushes}")
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        shutil.rmtree(data_root, ignore_errors=True)
+        stop_nodes(processes, data_root)
+
+
+def stop_nodes(processes: list, data_root: str) -> None:
+    """SIGTERM to each node process (by its Popen), a kill past 10 s, then its data removed."""
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    shutil.rmtree(data_root, ignore_errors=True)
 
 
 def main() -> None:
