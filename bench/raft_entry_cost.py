@@ -45,13 +45,16 @@ async def run_node(args) -> None:
                         CounterState, CounterState.restore)
     syncobj = group._syncobj
     ticks = [0]
-    stock_tick = syncobj._onTick
+    # Counted on the class: a function set on the instance would sit in the state pysyncobj
+    # pickles into each snapshot, and every snapshot writer would fail on it.
+    node_class = type(syncobj)
+    stock_tick = node_class._onTick
 
-    def counted_tick(*tick_args):
+    def counted_tick(self, *tick_args):
         ticks[0] += 1
-        return stock_tick(*tick_args)
+        return stock_tick(self, *tick_args)
 
-    syncobj._onTick = counted_tick
+    node_class._onTick = counted_tick
 
     async def status(request):
         st = group.status()

@@ -94,6 +94,11 @@ class CompactionTurn:
     def force_next(self) -> None:
         self._forced = True
 
+    @property
+    def forced(self) -> bool:
+        """Whether the next writer was asked for explicitly and has not started yet."""
+        return self._forced
+
     @classmethod
     def of(cls, self_addr: str, addrs: list[str], min_entries: int) -> CompactionTurn:
         members = sorted(set(addrs) | {self_addr})

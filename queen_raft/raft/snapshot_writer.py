@@ -34,6 +34,9 @@ Here the durability rules are:
 6. The members of a group take turns to write (compaction_turn.py): a request outside this
    member's turn is declined (pysyncobj asks again at its next tick), so the members' writers,
    each about the state's size in copy-on-write pages, do not all run at once.
+7. A writer that failed is followed by a pause before the next (FAILED_WRITER_PAUSE_FIRST_S,
+   doubling up to FAILED_WRITER_PAUSE_MAX_S, back to none after a success); a compaction asked
+   for explicitly (compaction_turn.force_next_turn) is tried at once, once.
 
 Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
 long before writing, so a fault harness can stop nodes while their writers run. Set without the
@@ -81,6 +84,12 @@ EXIT_WRITER_FAILED = 1
 EXIT_WRITER_ORPHANED = 2
 # A pause between tries to rewrite a damaged snapshot, so a disk that stays full costs one fork a few seconds.
 REWRITE_RETRY_S = 5.0
+# After a writer fails, the next one waits this long, doubled after each further failure up to the
+# maximum. pysyncobj asks for a compaction at every tick (about every 50 ms) while its log is over the
+# threshold: without the pause a cause that persists (a full disk, a state that cannot be encoded)
+# would fork the whole process twenty times a second, each fork pausing the node (bench/fork_pause.py).
+FAILED_WRITER_PAUSE_FIRST_S = 1.0
+FAILED_WRITER_PAUSE_MAX_S = 60.0
 
 
 def writer_delay_s(environ=os.environ) -> float:
@@ -161,6 +170,8 @@ class SnapshotSerializer:
         self.snapshots_published = 0
         self.snapshots_rejected = 0
         self.snapshots_deferred = 0
+        self.writers_failed = 0  # since the last writer that succeeded
+        self.retry_not_before = 0.0  # time.monotonic() before which no writer starts after a failure
         self._turn = turn_of(file_name)
         remove_stale_tmp_files(file_name)
 
@@ -168,6 +179,10 @@ class SnapshotSerializer:
 
     def serialize(self, data, id) -> None:
         if self._pid != 0:
+            return
+        forced = self._turn is not None and self._turn.forced
+        if not forced and time.monotonic() < self.retry_not_before:
+            self.snapshots_deferred += 1
             return
         if self._turn is not None and not self._turn.may_start(id):
             self.snapshots_deferred += 1
@@ -198,11 +213,16 @@ class SnapshotSerializer:
         self._pid = 0
         tmp_path, self._tmp_path = self._tmp_path, None
         if status == 0 and self._publish(tmp_path):
+            self.writers_failed, self.retry_not_before = 0, 0.0
             self._transmissions = {}
             if self._turn is not None:
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
-        log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted", pid, status)
+        self.writers_failed += 1
+        pause_s = min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (self.writers_failed - 1))
+        self.retry_not_before = time.monotonic() + pause_s
+        log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
+                    "starts in %.0f s at the earliest", pid, status, pause_s)
         _remove_quietly(tmp_path)
         self._retry_rewrite_if_still_damaged()
         return SERIALIZER_STATE.FAILED, self._current_id

@@ -21,10 +21,17 @@ from queen_raft.raft.snapshot_file import (
     verify_snapshot_file,
     write_snapshot,
 )
-from queen_raft.raft.compaction_turn import CompactionTurn
+from queen_raft.raft.compaction_turn import CompactionTurn, register_turn
 from queen_raft.raft.forked_writer import OOM_SCORE_ADJ, prefer_this_process_for_the_oom_killer
 from queen_raft.raft.snapshot_repair import rewrite_if_damaged
-from queen_raft.raft.snapshot_writer import REWRITE_RETRY_S, WRITER_DELAY_ENV, SnapshotSerializer, writer_delay_s
+from queen_raft.raft.snapshot_writer import (
+    FAILED_WRITER_PAUSE_FIRST_S,
+    FAILED_WRITER_PAUSE_MAX_S,
+    REWRITE_RETRY_S,
+    WRITER_DELAY_ENV,
+    SnapshotSerializer,
+    writer_delay_s,
+)
 
 ENTRIES = [(b"\x00" + bytes([i]), i, 1) for i in range(1, 11)]
 
@@ -374,3 +381,35 @@ def test_a_rewrite_whose_writer_fails_is_asked_for_again_after_a_pause_while_the
     assert fail_a_writer(sender) == SERIALIZER_STATE.FAILED
     assert sender.rewrite_wanted is False
     assert transfer(sender, SnapshotSerializer(str(follower_snap), 1000)) is True
+
+
+def test_after_a_failed_writer_the_next_waits_a_pause_that_doubles_and_a_success_clears_it(tmp_path):
+    snap = tmp_path / "raft.snapshot"
+    turn = CompactionTurn(rank=0, members=1, turn_entries=10)
+    register_turn(str(snap), turn)
+    serializer = SnapshotSerializer(str(snap), 4096)
+    before = time.monotonic()
+    assert fail_a_writer(serializer) == SERIALIZER_STATE.FAILED
+    first_pause = serializer.retry_not_before - before
+    assert FAILED_WRITER_PAUSE_FIRST_S <= first_pause < FAILED_WRITER_PAUSE_FIRST_S + 1.0
+
+    # pysyncobj asks again at every tick: no writer is forked during the pause.
+    serializer.serialize(dump_ending_at(6), 5)
+    assert serializer._pid == 0 and serializer.snapshots_deferred == 1
+    before = time.monotonic()
+    assert fail_a_writer(serializer) == SERIALIZER_STATE.FAILED
+    assert serializer.retry_not_before - before >= 2 * FAILED_WRITER_PAUSE_FIRST_S
+    for _ in range(20):
+        fail_a_writer(serializer)
+    assert serializer.retry_not_before - time.monotonic() <= FAILED_WRITER_PAUSE_MAX_S
+
+    # A compaction asked for explicitly starts at once, once.
+    turn.force_next()
+    serializer.serialize(dump_ending_at(6), 5)
+    assert serializer._pid != 0
+    wait_for_state(serializer, SERIALIZER_STATE.SUCCESS)
+    assert read_snapshot(str(snap))[1] == ENTRIES[6]
+    assert serializer.writers_failed == 0 and serializer.retry_not_before == 0.0
+    serializer.serialize(dump_ending_at(7), 6)
+    assert serializer._pid != 0
+    wait_for_state(serializer, SERIALIZER_STATE.SUCCESS)
