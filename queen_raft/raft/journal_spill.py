@@ -2,8 +2,9 @@
 
 Appends cannot simply fail: a follower must go on appending what the leader sends so that it keeps
 applying what the others commit (its reads go on), and pysyncobj has no way to take an append back.
-So a record the file cannot take (PreallocatedFile raised ENOSPC, EDQUOT or EIO while growing) waits
-in `_spill`, and so do all after it, in order; the header's end offset never covers them. Nothing in
+So a record the file cannot take (PreallocatedFile raised ENOSPC, EDQUOT or EIO while growing, or
+EROFS, EACCES or EPERM: a data dir that takes no writes) waits in `_spill`, and so do all after it,
+in order; the header's end offset never covers them. Nothing in
 the spill is flushed, so in fsync="group" mode nothing in it is acknowledged: the journal stays dirty
 and the transport holds this node's acknowledgements, and a leader steps down
 (transport.GroupTransport). Every flush (each tick) and every second the spill is retried; once it is
