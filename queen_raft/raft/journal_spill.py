@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections.abc import Callable
 
 from queen_raft.raft.journal_storage import is_disk_write_error
 
@@ -33,6 +34,19 @@ DISK_ERROR_LOG_INTERVAL_S = 60.0
 
 class SpillOnFullDisk:
     """The disk-full half of CompactionGuardedJournal (it sets _spill, _spill_from, disk_error)."""
+
+    # Compactions refused for lack of room since the last one that went through, and who hears of
+    # each refusal (construction.py: the snapshot writer, which then pauses as after a failed writer:
+    # pysyncobj's log stays over its threshold, and it would start a writer per entry applied).
+    compactions_refused_in_a_row = 0
+    on_compaction_refused: Callable[[int], None] | None = None
+
+    def _compaction_did_not_fit(self, exc: OSError) -> None:
+        self.compactions_refused += 1
+        self.compactions_refused_in_a_row += 1
+        log.warning("journal %s: compaction refused, its new file does not fit (%s)", self.journal_path, exc)
+        if self.on_compaction_refused is not None:
+            self.on_compaction_refused(self.compactions_refused_in_a_row)
 
     def _write_or_spill(self, offset: int, record: bytes) -> None:
         """Write the record at `offset`, or keep it in the spill when the disk cannot take it."""

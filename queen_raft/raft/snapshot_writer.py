@@ -35,7 +35,9 @@ Here the durability rules are:
    member's turn is declined (pysyncobj asks again at its next tick), so the members' writers,
    each about the state's size in copy-on-write pages, do not all run at once.
 7. A writer that failed is followed by a pause before the next (FAILED_WRITER_PAUSE_FIRST_S,
-   doubling up to FAILED_WRITER_PAUSE_MAX_S, back to none after a success); a compaction asked
+   doubling up to FAILED_WRITER_PAUSE_MAX_S, back to none after a success); so is a writer whose
+   journal compaction was refused after it (the rewritten journal did not fit: the journal calls
+   pause_after_refused_compaction, doubling while refusals follow one another); a compaction asked
    for explicitly (compaction_turn.force_next_turn) is tried at once, once.
 
 Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
@@ -90,6 +92,11 @@ REWRITE_RETRY_S = 5.0
 # would fork the whole process twenty times a second, each fork pausing the node (bench/fork_pause.py).
 FAILED_WRITER_PAUSE_FIRST_S = 1.0
 FAILED_WRITER_PAUSE_MAX_S = 60.0
+
+
+def failed_writer_pause_s(failures_in_a_row: int) -> float:
+    """The pause before the next writer after this many writers in a row came to nothing."""
+    return min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (failures_in_a_row - 1))
 
 
 def writer_delay_s(environ=os.environ) -> float:
@@ -219,13 +226,22 @@ class SnapshotSerializer:
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
         self.writers_failed += 1
-        pause_s = min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (self.writers_failed - 1))
+        pause_s = failed_writer_pause_s(self.writers_failed)
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
                     "starts in %.0f s at the earliest", pid, status, pause_s)
         _remove_quietly(tmp_path)
         self._retry_rewrite_if_still_damaged()
         return SERIALIZER_STATE.FAILED, self._current_id
+
+    def pause_after_refused_compaction(self, refusals_in_a_row: int) -> None:
+        """The journal refused the compaction after a writer that succeeded (its rewritten file did
+        not fit): the next writer waits as after a failed one. pysyncobj's log is still over its
+        threshold, so it would otherwise start a writer for every entry applied, each for nothing."""
+        pause_s = failed_writer_pause_s(refusals_in_a_row)
+        self.retry_not_before = time.monotonic() + pause_s
+        log.warning("the journal %s could not be compacted after its snapshot; the next snapshot writer starts "
+                    "in %.0f s at the earliest", self._file_name, pause_s)
 
     def _retry_rewrite_if_still_damaged(self) -> None:
         """A writer that failed while the file in place is one found damaged (a rewrite that met a
