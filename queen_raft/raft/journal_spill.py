@@ -32,8 +32,15 @@ SPILL_MAX_BYTES = 64 * 1024 * 1024
 DISK_ERROR_LOG_INTERVAL_S = 60.0
 
 
+class SpillFull(OSError):
+    """An append refused: the disk is full and SPILL_MAX_BYTES already wait in memory. The follower's
+    append (follower_append.py) takes it as a refusal of the leader's entries, already logged."""
+
+
 class SpillOnFullDisk:
     """The disk-full half of CompactionGuardedJournal (it sets _spill, _spill_from, disk_error)."""
+
+    _spill_cap_reached = False  # an append was refused for the cap since the spill last emptied
 
     # Compactions refused for lack of room since the last one that went through, and who hears of
     # each refusal (construction.py: the snapshot writer, which then pauses as after a failed writer:
@@ -60,7 +67,11 @@ class SpillOnFullDisk:
                 self._disk_write_failed(exc)
                 self._spill_from = offset
         if len(self._spill) + len(record) > SPILL_MAX_BYTES:
-            raise OSError(errno.ENOSPC, f"journal {self.journal_path}: disk full and {SPILL_MAX_BYTES} bytes waiting")
+            if not self._spill_cap_reached:  # once an episode: the leader re-sends at every heartbeat
+                self._spill_cap_reached = True
+                log.error("journal %s: disk full and %d bytes waiting in memory: this node takes no more entries "
+                          "from the leader until the disk takes writes again", self.journal_path, len(self._spill))
+            raise SpillFull(errno.ENOSPC, f"journal {self.journal_path}: disk full and {SPILL_MAX_BYTES} bytes waiting")
         self._spill += record
 
     def _truncate_spill(self, end: int) -> bool:
@@ -68,7 +79,7 @@ class SpillOnFullDisk:
         if self._spill_from is not None and end > self._spill_from:
             del self._spill[end - self._spill_from:]
             return True
-        self._spill_from, self._spill = None, bytearray()
+        self._spill_from, self._spill, self._spill_cap_reached = None, bytearray(), False
         return False
 
     @property
@@ -88,6 +99,7 @@ class SpillOnFullDisk:
             log.error("journal %s: cannot write (%s): %s", self.journal_path, exc, consequence)
 
     def _disk_write_recovered(self) -> None:
+        self._spill_cap_reached = False
         if self.disk_error is not None:
             log.warning("journal %s: writable again; taking writes", self.journal_path)
         self.disk_error = None
