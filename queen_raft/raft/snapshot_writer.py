@@ -86,6 +86,8 @@ EXIT_WRITER_FAILED = 1
 EXIT_WRITER_ORPHANED = 2
 # A pause between tries to rewrite a damaged snapshot, so a disk that stays full costs one fork a few seconds.
 REWRITE_RETRY_S = 5.0
+# The identity of a snapshot file that is not there (a file found unsendable is known by identity).
+MISSING_FILE = ("missing",)
 # After a writer fails, the next one waits this long, doubled after each further failure up to the
 # maximum. pysyncobj asks for a compaction at every tick (about every 50 ms) while its log is over the
 # threshold: without the pause a cause that persists (a full disk, a state that cannot be encoded)
@@ -297,10 +299,10 @@ class SnapshotSerializer:
         is_first = transmission["transmitted"] == 0
         try:
             data = transmission["file"].read(self._batch_bytes)
-        except OSError:
-            log.exception("reading the snapshot %s for a follower failed", self._file_name)
+        except OSError as exc:  # None, never False: pysyncobj would index False as a chunk
             self.cancelTransmisstion(transmissionID)
-            return False
+            self._refuse_to_send(transmission["identity"], exc)
+            return None
         transmission["transmitted"] += len(data)
         check = transmission["check"]
         if check is not None:
@@ -323,8 +325,8 @@ class SnapshotSerializer:
         whole first. None if the file is known or found damaged."""
         try:
             file = open(self._file_name, "rb")
-        except OSError:
-            log.exception("could not open the snapshot %s to send it", self._file_name)
+        except OSError as exc:  # missing or unreadable: as damaged, and asked for at every heartbeat
+            self._refuse_to_send(_file_identity(self._file_name), exc)
             return None
         identity = _identity_of(os.fstat(file.fileno()))
         check = None
@@ -348,7 +350,8 @@ class SnapshotSerializer:
         if identity != self._unsendable:  # once per damaged file, not once per heartbeat
             self._unsendable = identity
             self.rewrite_wanted = True
-            log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
+            log.error("not sending the snapshot to a follower: it %s: %s",
+                      "cannot be read" if isinstance(exc, OSError) else "does not verify", exc)
 
     def cancelTransmisstion(self, id) -> None:
         transmission = self._transmissions.pop(id, None)
@@ -418,11 +421,11 @@ def _identity_of(stat: os.stat_result) -> tuple:
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
-def _file_identity(path: str) -> tuple | None:
+def _file_identity(path: str) -> tuple:
     try:
         return _identity_of(os.stat(path))
     except OSError:
-        return None
+        return MISSING_FILE
 
 
 def _remove_quietly(path: str | None) -> None:
