@@ -27,9 +27,10 @@ Here the durability rules are:
 4. Every file carries a length and sha256 header (snapshot_file.py), checked on every read.
 5. A snapshot received from the leader is written to its own tmp file, fsynced and verified before
    it replaces the local one; a damaged one is rejected (logged), the node keeps its state, and
-   the leader sends it again. A node never sends a snapshot it cannot verify itself: the checksum is
-   computed over the chunks as they are sent (no second read of the file on the tick thread), and
-   the last chunk, without which the follower installs nothing, goes only if it matched.
+   the leader sends it again (snapshot_receive.py). A node never sends a snapshot it cannot verify
+   itself: the checksum is computed over the chunks as they are sent (no second read of the file
+   on the tick thread), and the last chunk, without which the follower installs nothing, goes only
+   if it matched.
 
 6. The members of a group take turns to write (compaction_turn.py): a request outside this
    member's turn is declined (pysyncobj asks again at its next tick), so the members' writers,
@@ -70,16 +71,17 @@ from queen_raft.raft.snapshot_file import (
     PayloadCheck,
     SnapshotDamaged,
     read_snapshot,
+    remove_quietly,
     verify_snapshot_stream,
     write_snapshot,
 )
+from queen_raft.raft.snapshot_receive import RECEIVING_SUFFIX, ReceivesLeaderSnapshots
 
 log = logging.getLogger(__name__)
 
 WRITER_DELAY_ENV = "QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS"
 PR_SET_PDEATHSIG = 1
 WRITING_SUFFIX = ".writing"
-RECEIVING_SUFFIX = ".receiving"
 # pysyncobj's own tmp names, left by an older version of this node.
 STOCK_TMP_SUFFIXES = (".tmp", ".1.tmp")
 EXIT_WRITER_FAILED = 1
@@ -159,7 +161,7 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
         os._exit(code)
 
 
-class SnapshotSerializer:
+class SnapshotSerializer(ReceivesLeaderSnapshots):
     """pysyncobj's Serializer interface for a file written by a forked child (see the module doc)."""
 
     def __init__(self, file_name: str, transmission_batch_bytes: int) -> None:
@@ -171,13 +173,11 @@ class SnapshotSerializer:
         self._tmp_path: str | None = None
         self._current_id: Any = 0
         self._transmissions: dict[Any, dict] = {}
-        self._incoming = None
         self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
         # Set when a file to send was found damaged: snapshot_repair.py writes a new one.
         self.rewrite_wanted = False
         self.rewrite_not_before = 0.0  # time.monotonic() before which a failed rewrite is not retried
         self.snapshots_published = 0
-        self.snapshots_rejected = 0
         self.snapshots_deferred = 0
         self.writers_failed = 0  # since the last writer that succeeded
         self.retry_not_before = 0.0  # time.monotonic() before which no writer starts after a failure
@@ -232,7 +232,7 @@ class SnapshotSerializer:
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
                     "starts in %.0f s at the earliest", pid, status, pause_s)
-        _remove_quietly(tmp_path)
+        remove_quietly(tmp_path)
         self._retry_rewrite_if_still_damaged()
         return SERIALIZER_STATE.FAILED, self._current_id
 
@@ -280,7 +280,7 @@ class SnapshotSerializer:
             except (ProcessLookupError, ChildProcessError):
                 pass
         tmp_path, self._tmp_path = self._tmp_path, None
-        _remove_quietly(tmp_path)
+        remove_quietly(tmp_path)
 
     def deserialize(self):
         return read_snapshot(self._file_name)
@@ -358,63 +358,6 @@ class SnapshotSerializer:
         if transmission is not None:
             transmission["file"].close()
 
-    # -- receiving from the leader (follower) --------------------------------------------------------
-
-    def setTransmissionData(self, data) -> bool:
-        """True once a whole snapshot was received, verified and renamed into place."""
-        if data is None:
-            return False
-        chunk, is_first, is_last = data
-        receiving_path = self._file_name + RECEIVING_SUFFIX
-        if is_first:
-            self._close_incoming()
-            try:
-                self._incoming = open(receiving_path, "wb")
-            except OSError:
-                log.exception("could not open %s for a snapshot from the leader", receiving_path)
-                return False
-        elif self._incoming is None:
-            return False
-        try:
-            self._incoming.write(chunk)
-            if not is_last:
-                return False
-            self._incoming.flush()
-            os.fsync(self._incoming.fileno())
-        except OSError:
-            log.exception("writing a snapshot from the leader to %s failed", receiving_path)
-            self._close_incoming()
-            _remove_quietly(receiving_path)
-            return False
-        self._close_incoming()
-        return self._install_received(receiving_path)
-
-    def _install_received(self, receiving_path: str) -> bool:
-        try:
-            with open(receiving_path, "rb") as file:
-                verify_snapshot_stream(file, receiving_path)
-        except (SnapshotDamaged, OSError) as exc:
-            self.snapshots_rejected += 1
-            log.error("rejected a snapshot from the leader, keeping this node's state: %s", exc)
-            _remove_quietly(receiving_path)
-            return False
-        # A local writer still running holds an older state than the leader's: publishing it after
-        # this one would put the snapshot behind the journal that the install is about to clear.
-        self._kill_writer()
-        published = self._publish(receiving_path)
-        if published:
-            # An operator replacing a machine watches for this line: the install, then the log.
-            log.info("installed a snapshot from the leader into %s", self._file_name)
-        return published
-
-    def _close_incoming(self) -> None:
-        if self._incoming is not None:
-            try:
-                self._incoming.close()
-            except OSError:
-                pass
-            self._incoming = None
-
 
 def _identity_of(stat: os.stat_result) -> tuple:
     """Which file this is: a new snapshot renamed into place has a new inode, mtime or size."""
@@ -426,14 +369,6 @@ def _file_identity(path: str) -> tuple:
         return _identity_of(os.stat(path))
     except OSError:
         return MISSING_FILE
-
-
-def _remove_quietly(path: str | None) -> None:
-    if path:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
 
 
 def make_serializer(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker):
