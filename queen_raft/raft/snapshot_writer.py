@@ -150,6 +150,13 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
         os._exit(code)
 
 
+def snapshot_writer_counters(serializer) -> dict:
+    """What an operator reads of a group's snapshot writers (GroupStatus.snapshotWriters, /metrics)."""
+    return {"published": getattr(serializer, "snapshots_published", 0),
+            "failed": getattr(serializer, "writers_failed_total", 0),
+            "failing": getattr(serializer, "writers_failed", 0)}
+
+
 class SnapshotSerializer:
     """pysyncobj's Serializer interface for a file written by a forked child (see the module doc)."""
 
@@ -171,6 +178,7 @@ class SnapshotSerializer:
         self.snapshots_rejected = 0
         self.snapshots_deferred = 0
         self.writers_failed = 0  # since the last writer that succeeded
+        self.writers_failed_total = 0  # since this node started
         self.retry_not_before = 0.0  # time.monotonic() before which no writer starts after a failure
         self._turn = turn_of(file_name)
         remove_stale_tmp_files(file_name)
@@ -219,6 +227,7 @@ class SnapshotSerializer:
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
         self.writers_failed += 1
+        self.writers_failed_total += 1
         pause_s = min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (self.writers_failed - 1))
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
