@@ -161,6 +161,13 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
         os._exit(code)
 
 
+def snapshot_writer_counters(serializer) -> dict:
+    """What an operator reads of a group's snapshot writers (GroupStatus.snapshotWriters, /metrics)."""
+    return {"published": getattr(serializer, "snapshots_published", 0),
+            "failed": getattr(serializer, "writers_failed_total", 0),
+            "failing": getattr(serializer, "writers_failed", 0)}
+
+
 class SnapshotSerializer(ReceivesLeaderSnapshots):
     """pysyncobj's Serializer interface for a file written by a forked child (see the module doc)."""
 
@@ -180,6 +187,7 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
         self.snapshots_published = 0
         self.snapshots_deferred = 0
         self.writers_failed = 0  # since the last writer that succeeded
+        self.writers_failed_total = 0  # since this node started
         self.retry_not_before = 0.0  # time.monotonic() before which no writer starts after a failure
         self._turn = turn_of(file_name)
         remove_stale_tmp_files(file_name)
@@ -228,6 +236,7 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
         self.writers_failed += 1
+        self.writers_failed_total += 1
         pause_s = failed_writer_pause_s(self.writers_failed)
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
@@ -239,7 +248,10 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
     def pause_after_refused_compaction(self, refusals_in_a_row: int) -> None:
         """The journal refused the compaction after a writer that succeeded (its rewritten file did
         not fit): the next writer waits as after a failed one. pysyncobj's log is still over its
-        threshold, so it would otherwise start a writer for every entry applied, each for nothing."""
+        threshold, so it would otherwise start a writer for every entry applied, each for nothing.
+        Counted as a failed writer (status, /metrics): the journal is not compacted either way."""
+        self.writers_failed = refusals_in_a_row
+        self.writers_failed_total += 1
         pause_s = failed_writer_pause_s(refusals_in_a_row)
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("the journal %s could not be compacted after its snapshot; the next snapshot writer starts "

@@ -57,6 +57,7 @@ async def test_writers_pause_while_the_journal_cannot_be_compacted_after_them(tm
         assert published <= 3, f"{published} writers in {WATCH_S} s, {refused} compactions refused"
         assert serializer.retry_not_before - time.monotonic() > -FAILED_WRITER_PAUSE_FIRST_S
         assert group.peek_local(lambda state: state.values[f"k{i - 1}"]) == i - 1
+        assert group.status()["snapshotWriters"]["failing"] >= 1  # what the operator's alert reads
 
         monkeypatch.undo()  # room again: the next writer's compaction goes through
         before = len(journal)
@@ -65,6 +66,7 @@ async def test_writers_pause_while_the_journal_cannot_be_compacted_after_them(tm
             assert time.monotonic() < deadline, "the journal was never compacted once there was room"
             await group.propose({"op": "set", "key": "again", "value": 0})
             await asyncio.sleep(0.05)
+        assert group.status()["snapshotWriters"]["failing"] == 0
     finally:
         await group.stop()
         group.destroy()
