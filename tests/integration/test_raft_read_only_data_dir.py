@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 
 import pytest
 from inprocess_groups import leader_of, three_members, wait_until
@@ -61,10 +62,12 @@ async def propose_somewhere(live, command: dict):
             return await leader.propose(command)
         except GroupUnavailable:
             return None
-    for _ in range(100):
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
         result = await attempt()
         if result is not None:
             return result
+        await asyncio.sleep(0.05)
     raise AssertionError(f"no member committed {command}")
 
 
