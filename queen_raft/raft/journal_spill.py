@@ -4,14 +4,15 @@ Appends cannot simply fail: a follower must go on appending what the leader send
 applying what the others commit (its reads go on), and pysyncobj has no way to take an append back.
 So a record the file cannot take (PreallocatedFile raised ENOSPC, EDQUOT or EIO while growing, or
 EROFS, EACCES or EPERM: a data dir that takes no writes) waits in `_spill`, and so do all after it,
-in order; the header's end offset never covers them. Nothing in
-the spill is flushed, so in fsync="group" mode nothing in it is acknowledged: the journal stays dirty
-and the transport holds this node's acknowledgements, and a leader steps down
-(transport.GroupTransport). Every flush (each tick) and every second the spill is retried; once it is
-in the file and flushed, the held acknowledgements go and the node takes writes again.
+in order; the header's end offset never covers them. Nothing in the spill is flushed, so in
+fsync="group" mode nothing in it is acknowledged: the journal stays dirty and the transport holds
+this node's acknowledgements, and a leader steps down (transport.GroupTransport). Every flush
+(each tick) and every second the spill is retried; once it is in the file and flushed, the held
+acknowledgements go and the node takes writes again. Past SPILL_MAX_BYTES an append is refused
+(SpillFull), which the follower's append takes as a refusal of the leader's entries.
 
 The error is logged when it starts, then at most every DISK_ERROR_LOG_INTERVAL_S, and once when the
-disk takes writes again.
+disk takes writes again; an append refused for the cap once an episode.
 """
 
 from __future__ import annotations
