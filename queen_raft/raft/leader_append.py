@@ -20,13 +20,15 @@ A send that would only repeat the commit index a follower already has (stock's s
 apply, when this tick's coalesced send carried the new commit) is left out by the base class,
 quiet_messages.QuietMessagesSyncObj, which every send here goes through.
 
-Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
-SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries,
+SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) and SyncObj._onTick (wrapped:
+a follower's held acknowledgements leave right after the poll that appended) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
 """
 
 from __future__ import annotations
 
 from pysyncobj import SyncObj
+from pysyncobj.syncobj import _RAFT_STATE
 
 from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 
@@ -60,19 +62,30 @@ class CoalescingSyncObj(QuietMessagesSyncObj):
                 self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
                 super()._SyncObj__sendAppendEntries()
 
+    def _onTick(self, timeToWait=0.0):
+        super()._onTick(timeToWait)
+        # Stock's tick ends in poll(), where a follower appends what an AppendEntries carried and
+        # the transport holds the acknowledgement until the journal is flushed. Flush and release
+        # it now: the next tick would first run its election check and commit scan and take the
+        # queued commands, all before its own flush, while the leader waits for this answer.
+        release_held = getattr(self._SyncObj__transport, "flush_and_release_held", None)
+        if release_held is not None:
+            release_held()
+
     def _SyncObj__applyLogEntries(self):
         # Applying a committed 256-op entry holds the tick thread on every replica, and stock
         # pysyncobj applies before the tick appends the commands queued meanwhile (on the leader the
         # next entry's send would wait on the apply) and before the tick callbacks flush the journal
         # and release the acknowledgements held behind it (on a follower the next entry's commit
         # would wait on the apply). Both go first, so the next commit round travels while this node
-        # applies. An acknowledgement leaves only after the flush that covers its entries, and the
-        # leader's own entries are flushed (here or in the tick callbacks) before its next commit
-        # scan counts it.
+        # applies. An acknowledgement leaves only after the flush that covers its entries.
+        # The leader holds no acknowledgement, and its answers wait on this apply: its flush stays
+        # in the tick callbacks, after the apply and before the next commit scan counts it, so the
+        # loop thread writes the answers while the fdatasync runs (without the GIL).
         if self._SyncObj__transport.ready and self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied:
             self._checkCommandsToApply()
             flush_and_release = getattr(self._SyncObj__transport, "flush_and_release", None)
-            if flush_and_release is not None:
+            if flush_and_release is not None and self._SyncObj__raftState != _RAFT_STATE.LEADER:
                 flush_and_release()
         return SyncObj._SyncObj__applyLogEntries(self)
 

@@ -58,10 +58,10 @@ from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.peer_frame import master_key
 from queen_raft.raft.settings import (
+    HANDSHAKE_TIMEOUT_S,
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
     HEAP_TRIM_MIN_INTERVAL_S,
-    HANDSHAKE_TIMEOUT_S,
     LOG_COMPACTION_MAX_BYTES,
     MAX_PENDING_HANDSHAKES,
 )
@@ -415,6 +415,11 @@ class GroupTransport(TCPTransport):
             for node, messages in held_by_node.items():
                 for message in messages:
                     self._send_now(node, message)
+
+    def flush_and_release_held(self) -> None:
+        """flush_and_release if acknowledgements are held (right after the poll that appended)."""
+        if self._held:
+            self.flush_and_release()
 
     def _stand_aside(self) -> None:
         """No leading and no election while the journal cannot write (see the module docstring)."""

@@ -1,13 +1,16 @@
 """The next commit round travels while a replica applies: before a tick applies committed entries,
-the leader appends (and sends) the commands queued meanwhile, and every node flushes its journal and
-releases the acknowledgements held behind that flush (queen_raft/raft/leader_append.py)."""
+the leader appends (and sends) the commands queued meanwhile, and a follower flushes its journal and
+releases the acknowledgements held behind that flush; the leader flushes after the apply, so its
+answers do not wait for the fdatasync (queen_raft/raft/leader_append.py)."""
 
 from __future__ import annotations
 
 from pysyncobj import SyncObj
+from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.leader_append import CoalescingSyncObj
+from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 from queen_raft.raft.transport import GroupTransport
 
 ACK = {"type": "next_node_idx", "next_node_idx": 7, "success": True}
@@ -24,7 +27,7 @@ class FakeJournal:
             self.flushes += 1
 
 
-def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int):
+def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int, state: int = _RAFT_STATE.FOLLOWER):
     """A CoalescingSyncObj without sockets or threads, an acknowledgement held behind an unflushed
     append, and the stock apply, append and send recording what had happened when each ran."""
     journal = FakeJournal()
@@ -42,6 +45,7 @@ def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int):
     syncobj._SyncObj__transport = transport
     syncobj._SyncObj__raftCommitIndex = commit_index
     syncobj._SyncObj__raftLastApplied = last_applied
+    syncobj._SyncObj__raftState = state
     monkeypatch.setattr(CoalescingSyncObj, "_checkCommandsToApply", lambda self: events.append("append queued"))
 
     def stock_apply(self):
@@ -72,3 +76,44 @@ def test_a_tick_with_nothing_to_apply_leaves_the_flush_to_the_tick_end(monkeypat
     # Nothing committed to apply: nothing to overlap, so no extra flush (one per tick stays the rule).
     assert events == [("apply", [], 0)]
     assert sent == [] and journal.dirty
+
+
+def test_the_leader_applies_before_its_flush_and_the_tick_end_flushes(monkeypatch):
+    syncobj, journal, _sent, events = syncobj_in_a_tick(monkeypatch, commit_index=5, last_applied=3,
+                                                        state=_RAFT_STATE.LEADER)
+
+    syncobj._SyncObj__applyLogEntries()
+
+    # The queued commands went first; the apply (and the answers it hands the loop) did not wait for
+    # the journal's fdatasync, which the tick callbacks run before the next commit scan.
+    assert events == ["append queued", ("apply", [], 0)]
+    assert journal.dirty
+    syncobj._SyncObj__transport.flush_and_release()
+    assert journal.flushes == 1 and not journal.dirty
+
+
+def test_a_held_acknowledgement_leaves_right_after_the_poll_and_only_after_the_flush(monkeypatch):
+    syncobj, journal, sent, _events = syncobj_in_a_tick(monkeypatch, commit_index=3, last_applied=3)
+    during_poll = []
+
+    def stock_tick(self, time_to_wait=0.0):
+        # The poll: an AppendEntries appended (journal dirty) and its acknowledgement was held.
+        during_poll.append((list(sent), journal.flushes, journal.dirty))
+
+    monkeypatch.setattr(QuietMessagesSyncObj, "_onTick", stock_tick)  # the tick below ours
+
+    syncobj._onTick(0.05)
+
+    assert during_poll == [([], 0, True)]  # nothing left before the flush
+    assert sent == [("leader", ACK)] and journal.flushes == 1 and not journal.dirty
+
+
+def test_nothing_held_after_the_poll_means_no_extra_flush(monkeypatch):
+    syncobj, journal, _sent, _events = syncobj_in_a_tick(monkeypatch, commit_index=3, last_applied=3)
+    syncobj._SyncObj__transport.flush_and_release()
+    journal.dirty = True  # appended by the leader itself: flushed by the tick callbacks, not here
+    monkeypatch.setattr(QuietMessagesSyncObj, "_onTick", lambda self, time_to_wait=0.0: None)
+
+    syncobj._onTick(0.05)
+
+    assert journal.flushes == 1 and journal.dirty
