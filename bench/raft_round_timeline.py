@@ -8,9 +8,13 @@ its loop, each after the previous answer and a pause of --gap-ms (so rounds neve
 node stamps `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the machine)
 at each stage of the round it sees: its tick thread waking from poll, the messages it receives and
 sends, the journal append, the flush (fdatasync), an acknowledgement held behind the flush, the
-apply, the result handoff to the loop thread and the loop's drain. Prints, per node and stage, the
-median and 90th percentile offset from the proposal of the first such stamp in each round, in the
-order of the medians. The stamps are set on the classes, in the node processes only.
+apply, the result handoff to the loop thread and the loop's drain, with the thread's CPU time
+(`time.thread_time_ns()`). Prints, per node and stage, the median and 90th percentile offset from
+the proposal of the first such stamp in each round (a stage seen again in a round is listed once
+more as "(last)"), in the order of the medians, and the median wall and CPU time its thread spent
+since its stamp before: wall well above CPU is a wait (a core, the GIL, the disk). --show-round N
+also prints every stamp of round N. The stamps are set on the classes, in the node processes
+only; the nodes import this tree's queen_raft. Every process it starts is stopped by PID.
 """
 
 from __future__ import annotations
@@ -224,7 +228,9 @@ def main() -> None:
     args = parser.parse_args()
     data_root = tempfile.mkdtemp(prefix="raft-round-timeline-")
     env = dict(os.environ, **{PASSWORD_ENV: secrets.token_urlsafe(32)})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)), env.get("PYTHONPATH")]))
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    # The nodes import the queen_raft of this tree (bench/..), not the one the venv installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [bench_dir, os.path.dirname(bench_dir), env.get("PYTHONPATH")]))
     processes = []
     try:
         for i in range(NODES):

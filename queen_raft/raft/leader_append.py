@@ -28,7 +28,6 @@ a follower's held acknowledgements leave right after the poll that appended) of 
 from __future__ import annotations
 
 from pysyncobj import SyncObj
-from pysyncobj.syncobj import _RAFT_STATE
 
 from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 
@@ -68,9 +67,9 @@ class CoalescingSyncObj(QuietMessagesSyncObj):
         # the transport holds the acknowledgement until the journal is flushed. Flush and release
         # it now: the next tick would first run its election check and commit scan and take the
         # queued commands, all before its own flush, while the leader waits for this answer.
-        release_held = getattr(self._SyncObj__transport, "flush_and_release_held", None)
-        if release_held is not None:
-            release_held()
+        transport = self._SyncObj__transport
+        if getattr(transport, "group_commit_journal", None) is not None and transport.held_count():
+            transport.flush_and_release()
 
     def _SyncObj__applyLogEntries(self):
         # Applying a committed 256-op entry holds the tick thread on every replica, and stock
@@ -78,14 +77,13 @@ class CoalescingSyncObj(QuietMessagesSyncObj):
         # next entry's send would wait on the apply) and before the tick callbacks flush the journal
         # and release the acknowledgements held behind it (on a follower the next entry's commit
         # would wait on the apply). Both go first, so the next commit round travels while this node
-        # applies. An acknowledgement leaves only after the flush that covers its entries.
-        # The leader holds no acknowledgement, and its answers wait on this apply: its flush stays
-        # in the tick callbacks, after the apply and before the next commit scan counts it, so the
-        # loop thread writes the answers while the fdatasync runs (without the GIL).
+        # applies. An acknowledgement leaves only after the flush that covers its entries, and the
+        # leader's own entries are flushed (here or in the tick callbacks) before its next commit
+        # scan counts it.
         if self._SyncObj__transport.ready and self._SyncObj__raftCommitIndex > self._SyncObj__raftLastApplied:
             self._checkCommandsToApply()
             flush_and_release = getattr(self._SyncObj__transport, "flush_and_release", None)
-            if flush_and_release is not None and self._SyncObj__raftState != _RAFT_STATE.LEADER:
+            if flush_and_release is not None:
                 flush_and_release()
         return SyncObj._SyncObj__applyLogEntries(self)
 

@@ -13,8 +13,8 @@
   of its accept is closed (stock code only times a connection out when it has traffic, so an idle
   one stayed open for good), and at most MAX_PENDING_HANDSHAKES are kept (past it the oldest goes).
 - Group commit (fsync="group"): a follower's acknowledgement (next_node_idx) is held while the
-  journal has unflushed entries; once per pysyncobj tick, _onTick flushes the journal once and
-  releases what was held, in order. _onTick runs after the leader appended this tick's entries and
+  journal has unflushed entries; right after the poll that held it, and once per pysyncobj tick in
+  _onTick, the journal is flushed once and what was held released, in order. _onTick runs after the leader appended this tick's entries and
   before poll(), so the leader's own entries are durable before the next tick's commit scan counts
   the leader itself.
 
@@ -415,11 +415,6 @@ class GroupTransport(TCPTransport):
             for node, messages in held_by_node.items():
                 for message in messages:
                     self._send_now(node, message)
-
-    def flush_and_release_held(self) -> None:
-        """flush_and_release if acknowledgements are held (right after the poll that appended)."""
-        if self._held:
-            self.flush_and_release()
 
     def _stand_aside(self) -> None:
         """No leading and no election while the journal cannot write (see the module docstring)."""

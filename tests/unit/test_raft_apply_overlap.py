@@ -1,12 +1,11 @@
 """The next commit round travels while a replica applies: before a tick applies committed entries,
-the leader appends (and sends) the commands queued meanwhile, and a follower flushes its journal and
-releases the acknowledgements held behind that flush; the leader flushes after the apply, so its
-answers do not wait for the fdatasync (queen_raft/raft/leader_append.py)."""
+the leader appends (and sends) the commands queued meanwhile, and every node flushes its journal and
+releases the acknowledgements held behind that flush (queen_raft/raft/leader_append.py). A follower's
+acknowledgement held in a poll leaves right after that poll, behind its flush."""
 
 from __future__ import annotations
 
 from pysyncobj import SyncObj
-from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.leader_append import CoalescingSyncObj
@@ -27,7 +26,7 @@ class FakeJournal:
             self.flushes += 1
 
 
-def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int, state: int = _RAFT_STATE.FOLLOWER):
+def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int):
     """A CoalescingSyncObj without sockets or threads, an acknowledgement held behind an unflushed
     append, and the stock apply, append and send recording what had happened when each ran."""
     journal = FakeJournal()
@@ -45,7 +44,6 @@ def syncobj_in_a_tick(monkeypatch, commit_index: int, last_applied: int, state: 
     syncobj._SyncObj__transport = transport
     syncobj._SyncObj__raftCommitIndex = commit_index
     syncobj._SyncObj__raftLastApplied = last_applied
-    syncobj._SyncObj__raftState = state
     monkeypatch.setattr(CoalescingSyncObj, "_checkCommandsToApply", lambda self: events.append("append queued"))
 
     def stock_apply(self):
@@ -76,20 +74,6 @@ def test_a_tick_with_nothing_to_apply_leaves_the_flush_to_the_tick_end(monkeypat
     # Nothing committed to apply: nothing to overlap, so no extra flush (one per tick stays the rule).
     assert events == [("apply", [], 0)]
     assert sent == [] and journal.dirty
-
-
-def test_the_leader_applies_before_its_flush_and_the_tick_end_flushes(monkeypatch):
-    syncobj, journal, _sent, events = syncobj_in_a_tick(monkeypatch, commit_index=5, last_applied=3,
-                                                        state=_RAFT_STATE.LEADER)
-
-    syncobj._SyncObj__applyLogEntries()
-
-    # The queued commands went first; the apply (and the answers it hands the loop) did not wait for
-    # the journal's fdatasync, which the tick callbacks run before the next commit scan.
-    assert events == ["append queued", ("apply", [], 0)]
-    assert journal.dirty
-    syncobj._SyncObj__transport.flush_and_release()
-    assert journal.flushes == 1 and not journal.dirty
 
 
 def test_a_held_acknowledgement_leaves_right_after_the_poll_and_only_after_the_flush(monkeypatch):
