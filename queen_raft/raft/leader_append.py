@@ -20,9 +20,8 @@ A send that would only repeat the commit index a follower already has (stock's s
 apply, when this tick's coalesced send carried the new commit) is left out by the base class,
 quiet_messages.QuietMessagesSyncObj, which every send here goes through.
 
-Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries,
-SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) and SyncObj._onTick (wrapped:
-a follower's held acknowledgements leave right after the poll that appended) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
+SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
 """
 
 from __future__ import annotations
@@ -60,16 +59,6 @@ class CoalescingSyncObj(QuietMessagesSyncObj):
                 self._appends_waiting = 0
                 self.append_sends_coalesced -= 1  # this send stands for one of the folded ones
                 super()._SyncObj__sendAppendEntries()
-
-    def _onTick(self, timeToWait=0.0):
-        super()._onTick(timeToWait)
-        # Stock's tick ends in poll(), where a follower appends what an AppendEntries carried and
-        # the transport holds the acknowledgement until the journal is flushed. Flush and release
-        # it now: the next tick would first run its election check and commit scan and take the
-        # queued commands, all before its own flush, while the leader waits for this answer.
-        transport = self._SyncObj__transport
-        if getattr(transport, "group_commit_journal", None) is not None and transport.held_count():
-            transport.flush_and_release()
 
     def _SyncObj__applyLogEntries(self):
         # Applying a committed 256-op entry holds the tick thread on every replica, and stock

@@ -13,8 +13,8 @@
   of its accept is closed (stock code only times a connection out when it has traffic, so an idle
   one stayed open for good), and at most MAX_PENDING_HANDSHAKES are kept (past it the oldest goes).
 - Group commit (fsync="group"): a follower's acknowledgement (next_node_idx) is held while the
-  journal has unflushed entries; right after the poll that held it, and once per pysyncobj tick in
-  _onTick, the journal is flushed once and what was held released, in order. _onTick runs after the leader appended this tick's entries and
+  journal has unflushed entries; once per pysyncobj tick, _onTick flushes the journal once and
+  releases what was held, in order. _onTick runs after the leader appended this tick's entries and
   before poll(), so the leader's own entries are durable before the next tick's commit scan counts
   the leader itself.
 
@@ -58,10 +58,10 @@ from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.peer_frame import master_key
 from queen_raft.raft.settings import (
-    HANDSHAKE_TIMEOUT_S,
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
     HEAP_TRIM_MIN_INTERVAL_S,
+    HANDSHAKE_TIMEOUT_S,
     LOG_COMPACTION_MAX_BYTES,
     MAX_PENDING_HANDSHAKES,
 )

@@ -1,7 +1,6 @@
 """The next commit round travels while a replica applies: before a tick applies committed entries,
 the leader appends (and sends) the commands queued meanwhile, and every node flushes its journal and
-releases the acknowledgements held behind that flush (queen_raft/raft/leader_append.py). A follower's
-acknowledgement held in a poll leaves right after that poll, behind its flush."""
+releases the acknowledgements held behind that flush (queen_raft/raft/leader_append.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from pysyncobj import SyncObj
 from pysyncobj.transport import TCPTransport
 
 from queen_raft.raft.leader_append import CoalescingSyncObj
-from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
 from queen_raft.raft.transport import GroupTransport
 
 ACK = {"type": "next_node_idx", "next_node_idx": 7, "success": True}
@@ -74,30 +72,3 @@ def test_a_tick_with_nothing_to_apply_leaves_the_flush_to_the_tick_end(monkeypat
     # Nothing committed to apply: nothing to overlap, so no extra flush (one per tick stays the rule).
     assert events == [("apply", [], 0)]
     assert sent == [] and journal.dirty
-
-
-def test_a_held_acknowledgement_leaves_right_after_the_poll_and_only_after_the_flush(monkeypatch):
-    syncobj, journal, sent, _events = syncobj_in_a_tick(monkeypatch, commit_index=3, last_applied=3)
-    during_poll = []
-
-    def stock_tick(self, time_to_wait=0.0):
-        # The poll: an AppendEntries appended (journal dirty) and its acknowledgement was held.
-        during_poll.append((list(sent), journal.flushes, journal.dirty))
-
-    monkeypatch.setattr(QuietMessagesSyncObj, "_onTick", stock_tick)  # the tick below ours
-
-    syncobj._onTick(0.05)
-
-    assert during_poll == [([], 0, True)]  # nothing left before the flush
-    assert sent == [("leader", ACK)] and journal.flushes == 1 and not journal.dirty
-
-
-def test_nothing_held_after_the_poll_means_no_extra_flush(monkeypatch):
-    syncobj, journal, _sent, _events = syncobj_in_a_tick(monkeypatch, commit_index=3, last_applied=3)
-    syncobj._SyncObj__transport.flush_and_release()
-    journal.dirty = True  # appended by the leader itself: flushed by the tick callbacks, not here
-    monkeypatch.setattr(QuietMessagesSyncObj, "_onTick", lambda self, time_to_wait=0.0: None)
-
-    syncobj._onTick(0.05)
-
-    assert journal.flushes == 1 and journal.dirty
