@@ -23,6 +23,11 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
+
+# The tree's own code, not the venv's editable install (which may be another checkout's): an
+# A/B of two exported trees must measure two trees. Node processes run this file and get it too.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from raft_fsync_bench import http, stop_nodes  # run as a script: bench/ is on sys.path
 

@@ -26,6 +26,11 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
+
+# The tree's own code, not the venv's editable install (which may be another checkout's): an
+# A/B of two exported trees must measure two trees. Node processes run this file and get it too.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # The nodes' Raft password travels in the environment, not argv (visible to every user).
 PASSWORD_ENV = "QUEEN_BENCH_RAFT_PASSWORD"

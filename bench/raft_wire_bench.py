@@ -15,7 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import time
+from pathlib import Path
+
+# The tree's own code, not the venv's editable install (which may be another checkout's): an
+# A/B of two exported trees must measure two trees. Node processes run this file and get it too.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
