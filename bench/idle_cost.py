@@ -48,7 +48,7 @@ def measure(tenants: int, seconds: float, settle_s: float, profile_s: float = 0.
         if profile_s > 0:
             out = workdir.parent / f"idle-{tenants}-n1-{int(time.time())}.txt"
             profile = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pids["n1"]),
-                                        "--gil", "--threads", "--format", "raw", "--nonblocking",
+                                        "--gil", "--threads", "--rate", "500", "--format", "raw", "--nonblocking",
                                         "--duration", str(int(profile_s)), "--output", str(out)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = {n: cpu_seconds(pid) for n, pid in pids.items()}
