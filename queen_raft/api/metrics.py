@@ -72,6 +72,12 @@ class ReplicatedStateCollector(Collector):
         aead_frames = CounterMetricFamily("queen_raft_peer_aead_frames", "AEAD peer frames over this node's current "
                                           "link to the peer, by direction; from 0 when the link reconnects",
                                           labels=["tenant", "peer", "direction"])
+        writers_failed = CounterMetricFamily("queen_raft_snapshot_writers_failed", "Snapshot writers of the "
+                                             "tenant's group that failed on this node since it started",
+                                             labels=["tenant"])
+        writers_failing = GaugeMetricFamily("queen_raft_snapshot_writers_failing", "Snapshot writers that failed "
+                                            "in a row on this node (0 after one succeeds): while above 0 the "
+                                            "journal is not compacted and grows", labels=["tenant"])
         for tenant, group in self._groups_source().items():
             try:
                 counters, dlq_rows = group.peek_local(
@@ -94,7 +100,12 @@ class ReplicatedStateCollector(Collector):
             if status.get("journalFlush"):
                 add_histogram(flush, tenant, status["journalFlush"])
             add_peer_links(links, aead_frames, tenant, status.get("peerLinks") or {})
-        return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush, links, aead_frames]
+            writers = status.get("snapshotWriters")
+            if writers:
+                writers_failed.add_metric([tenant], writers["failed"])
+                writers_failing.add_metric([tenant], writers["failing"])
+        return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush, links, aead_frames,
+                writers_failed, writers_failing]
 
 
 def add_peer_links(links: GaugeMetricFamily, aead_frames: CounterMetricFamily, tenant: str,

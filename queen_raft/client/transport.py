@@ -90,11 +90,23 @@ class RetryPolicy:
     unreachable_budget_s: float = 3.0
     # Waits are drawn in [1 - jitter, 1] x the backoff, so clients refused together do not return together.
     jitter: float = 0.5
+    # A wait a Retry-After sets is drawn in [1, 1 + retry_after_spread] x the Retry-After: never
+    # earlier than the server asked, and clients refused together (an election) do not all return
+    # in the same millisecond.
+    retry_after_spread: float = 0.25
 
     def backoff_s(self, failures: int, rng: Callable[[], float] = random.random) -> float:
         """The wait after the `failures`-th failed try (1-based)."""
         base = min(self.max_backoff_s, self.initial_backoff_s * (2 ** max(0, failures - 1)))
         return float(base * (1.0 - self.jitter * rng()))
+
+    def refused_wait_s(self, retry_after_s: float | None, failures: int,
+                       rng: Callable[[], float] = random.random) -> float:
+        """The wait after a refusal (503) that said Retry-After (or did not), the `failures`-th failed try."""
+        backoff = self.backoff_s(failures, rng)
+        if retry_after_s is None or retry_after_s <= backoff:
+            return backoff
+        return float(retry_after_s * (1.0 + self.retry_after_spread * rng()))
 
 
 @dataclass
@@ -247,7 +259,7 @@ class Transport:
             last_error = error
             if not idempotent:
                 raise error
-            self._fail_over(index, max(retry_after_seconds(response_headers) or 0.0, self.retry.backoff_s(attempt)), not_before)
+            self._fail_over(index, self.retry.refused_wait_s(retry_after_seconds(response_headers), attempt), not_before)
             if time.monotonic() >= deadline:
                 break
         raise _budget_spent(last_error, maybe_applied)

@@ -130,6 +130,10 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     turn.log_to_snapshot_ratio = settings.log_compaction_log_to_snapshot_ratio
     install_quiet_compaction(syncobj, turn)
     install_snapshot_repair(syncobj, turn)
+    serializer = syncobj._SyncObj__serializer
+    pause_writers = getattr(serializer, "pause_after_refused_compaction", None)
+    if pause_writers is not None:  # a journal whose compaction is refused delays the next writer
+        syncobj._SyncObj__raftLog.on_compaction_refused = pause_writers
     if settings.fsync == "group":
         # The journal file and its directories may have just been created: make their entries durable.
         fsync_directory_chain(files.journal_file)

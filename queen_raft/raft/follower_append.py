@@ -77,6 +77,8 @@ import logging
 
 from pysyncobj import SyncObj
 
+from queen_raft.raft.journal_spill import SpillFull
+
 log = logging.getLogger(__name__)
 
 
@@ -103,6 +105,7 @@ class LogMatchingSyncObj(SyncObj):
         self.overlaps_kept = 0  # appends overlapping the log's tail that deleted nothing (stock deleted)
         self.conflicts_truncated = 0  # appends that deleted a conflicting suffix (Raft's rule 3)
         self.conflicting_appends_refused = 0  # appends that would have deleted a committed entry
+        self.appends_refused_disk_full = 0  # appends refused: full disk, and the memory for waiting records too
         super().__init__(*args, **kwargs)
 
     def _SyncObj__onMessageReceived(self, node, message):
@@ -114,6 +117,14 @@ class LogMatchingSyncObj(SyncObj):
                 message = self._without_held_entries(node, message)
                 if message is None:
                     return
+            try:
+                SyncObj._SyncObj__onMessageReceived(self, node, message)
+            except SpillFull:
+                # The journal logged it once; the leader re-sends these entries at every heartbeat
+                # while the disk stays full, and raised out of the tick each would log a traceback.
+                # No acknowledgement left: the entries are refused, as the journal meant.
+                self.appends_refused_disk_full += 1
+            return
         SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _snapshot_message(self, node, message: dict) -> None:
@@ -189,6 +200,7 @@ class LogMatchingSyncObj(SyncObj):
             "overlapsKept": self.overlaps_kept,
             "conflictsTruncated": self.conflicts_truncated,
             "conflictsRefused": self.conflicting_appends_refused,
+            "refusedDiskFull": self.appends_refused_disk_full,
         }
 
     def _accept_as_heartbeat(self, node, message: dict, verified_through: int) -> None:

@@ -36,6 +36,7 @@ from queen_raft.raft.proposal_batch import DeadlineSlots, ProposalBatcher, encod
 from queen_raft.raft.read_barrier import ReadBarrier
 from queen_raft.raft.replicated_state import ReplicatedTenantState, encode_command
 from queen_raft.raft.settings import MAX_ENTRY_BYTES, RaftSettings
+from queen_raft.raft.snapshot_writer import snapshot_writer_counters
 from queen_raft.raft.tick import TickLoop
 from queen_raft.raft.tick_riders import TickRiders
 from queen_raft.raft.transport import GroupTransport, split_address
@@ -158,6 +159,7 @@ class TenantGroup:
             "journalFlush": (lambda times: times.snapshot() if times else None)(
                 getattr(so._SyncObj__raftLog, "flush_times", None)),
             "peerLinks": peer_links(self._transport, self.peer_addrs),
+            "snapshotWriters": snapshot_writer_counters(so._SyncObj__serializer),
         }
 
     def _proposal_counters(self) -> dict:

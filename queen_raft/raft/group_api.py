@@ -31,6 +31,7 @@ class GroupStatus(TypedDict):
     loadError: str | None  # why the state could not be loaded (the node then refuses to start)
     journalFlush: dict | None  # fdatasync times (raft/flush_times.py); None for a journal that never flushes
     peerLinks: dict  # Raft address of each peer -> its link's frame and AEAD frame counts (peer_links.py)
+    snapshotWriters: dict  # published, failed (since start), failing (in a row, 0 after a success)
 
 
 class GroupApi(Protocol):

@@ -297,9 +297,9 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
                 raise
             if os.path.exists(tmp_path):
                 os.remove(tmp_path)
-            self.compactions_refused += 1
-            log.warning("journal %s: compaction refused, its new file does not fit (%s)", self.journal_path, exc)
+            self._compaction_did_not_fit(exc)
             return False
+        self.compactions_refused_in_a_row = 0
         os.replace(tmp_path, self.journal_path)
         if self.durable:
             fsync_directory_of(self.journal_path)

@@ -26,9 +26,11 @@ from queen_raft.raft.journal_format import encode_journal_record, journal_header
 
 log = logging.getLogger(__name__)
 
-# Errors of a write that say the disk cannot take it now (full, over quota) or failed it (EIO):
-# the node stops accepting writes instead of dying, and goes on when a write succeeds again.
-DISK_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+# Errors of a write that say the disk cannot take it now (full, over quota), failed it (EIO), or
+# the data dir is not writable (a filesystem remounted read-only after errors, permissions taken
+# away): the node stops accepting writes instead of raising out of every tick, and goes on when a
+# write succeeds again.
+DISK_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 # A filesystem without fallocate: growth falls back to ftruncate, as pysyncobj's ResizableFile.
 NO_FALLOCATE_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
@@ -217,7 +219,7 @@ class CheckedMetaStorer(MetaStorer):
     def _release_reserve(self) -> bool:
         try:
             os.remove(self.getPath() + META_RESERVE_SUFFIX)
-        except FileNotFoundError:
+        except OSError:  # none left, or the dir takes no change at all (read-only)
             return False
         self._reserve_released = True
         return True

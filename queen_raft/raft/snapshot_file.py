@@ -244,3 +244,12 @@ def _checked_dump(path: str, dump: Any) -> tuple:
 def _is_entry(entry: Any) -> bool:
     return (isinstance(entry, (tuple, list)) and len(entry) == 3 and isinstance(entry[0], bytes)
             and isinstance(entry[1], int) and isinstance(entry[2], int))
+
+
+def remove_quietly(path: str | None) -> None:
+    """Remove a tmp file if there is one."""
+    if path:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

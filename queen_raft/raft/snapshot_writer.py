@@ -27,15 +27,18 @@ Here the durability rules are:
 4. Every file carries a length and sha256 header (snapshot_file.py), checked on every read.
 5. A snapshot received from the leader is written to its own tmp file, fsynced and verified before
    it replaces the local one; a damaged one is rejected (logged), the node keeps its state, and
-   the leader sends it again. A node never sends a snapshot it cannot verify itself: the checksum is
-   computed over the chunks as they are sent (no second read of the file on the tick thread), and
-   the last chunk, without which the follower installs nothing, goes only if it matched.
+   the leader sends it again (snapshot_receive.py). A node never sends a snapshot it cannot verify
+   itself: the checksum is computed over the chunks as they are sent (no second read of the file
+   on the tick thread), and the last chunk, without which the follower installs nothing, goes only
+   if it matched.
 
 6. The members of a group take turns to write (compaction_turn.py): a request outside this
    member's turn is declined (pysyncobj asks again at its next tick), so the members' writers,
    each about the state's size in copy-on-write pages, do not all run at once.
 7. A writer that failed is followed by a pause before the next (FAILED_WRITER_PAUSE_FIRST_S,
-   doubling up to FAILED_WRITER_PAUSE_MAX_S, back to none after a success); a compaction asked
+   doubling up to FAILED_WRITER_PAUSE_MAX_S, back to none after a success); so is a writer whose
+   journal compaction was refused after it (the rewritten journal did not fit: the journal calls
+   pause_after_refused_compaction, doubling while refusals follow one another); a compaction asked
    for explicitly (compaction_turn.force_next_turn) is tried at once, once.
 
 Test hook: with QUEEN_TEST_HOOKS=1, QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS makes each child sleep that
@@ -68,28 +71,36 @@ from queen_raft.raft.snapshot_file import (
     PayloadCheck,
     SnapshotDamaged,
     read_snapshot,
+    remove_quietly,
     verify_snapshot_stream,
     write_snapshot,
 )
+from queen_raft.raft.snapshot_receive import RECEIVING_SUFFIX, ReceivesLeaderSnapshots
 
 log = logging.getLogger(__name__)
 
 WRITER_DELAY_ENV = "QUEEN_TEST_SNAPSHOT_WRITER_DELAY_MS"
 PR_SET_PDEATHSIG = 1
 WRITING_SUFFIX = ".writing"
-RECEIVING_SUFFIX = ".receiving"
 # pysyncobj's own tmp names, left by an older version of this node.
 STOCK_TMP_SUFFIXES = (".tmp", ".1.tmp")
 EXIT_WRITER_FAILED = 1
 EXIT_WRITER_ORPHANED = 2
 # A pause between tries to rewrite a damaged snapshot, so a disk that stays full costs one fork a few seconds.
 REWRITE_RETRY_S = 5.0
+# The identity of a snapshot file that is not there (a file found unsendable is known by identity).
+MISSING_FILE = ("missing",)
 # After a writer fails, the next one waits this long, doubled after each further failure up to the
 # maximum. pysyncobj asks for a compaction at every tick (about every 50 ms) while its log is over the
 # threshold: without the pause a cause that persists (a full disk, a state that cannot be encoded)
 # would fork the whole process twenty times a second, each fork pausing the node (bench/fork_pause.py).
 FAILED_WRITER_PAUSE_FIRST_S = 1.0
 FAILED_WRITER_PAUSE_MAX_S = 60.0
+
+
+def failed_writer_pause_s(failures_in_a_row: int) -> float:
+    """The pause before the next writer after this many writers in a row came to nothing."""
+    return min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (failures_in_a_row - 1))
 
 
 def writer_delay_s(environ=os.environ) -> float:
@@ -150,7 +161,14 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
         os._exit(code)
 
 
-class SnapshotSerializer:
+def snapshot_writer_counters(serializer) -> dict:
+    """What an operator reads of a group's snapshot writers (GroupStatus.snapshotWriters, /metrics)."""
+    return {"published": getattr(serializer, "snapshots_published", 0),
+            "failed": getattr(serializer, "writers_failed_total", 0),
+            "failing": getattr(serializer, "writers_failed", 0)}
+
+
+class SnapshotSerializer(ReceivesLeaderSnapshots):
     """pysyncobj's Serializer interface for a file written by a forked child (see the module doc)."""
 
     def __init__(self, file_name: str, transmission_batch_bytes: int) -> None:
@@ -162,15 +180,14 @@ class SnapshotSerializer:
         self._tmp_path: str | None = None
         self._current_id: Any = 0
         self._transmissions: dict[Any, dict] = {}
-        self._incoming = None
         self._unsendable: tuple | None = None  # (inode, mtime, size) of a file found damaged
         # Set when a file to send was found damaged: snapshot_repair.py writes a new one.
         self.rewrite_wanted = False
         self.rewrite_not_before = 0.0  # time.monotonic() before which a failed rewrite is not retried
         self.snapshots_published = 0
-        self.snapshots_rejected = 0
         self.snapshots_deferred = 0
         self.writers_failed = 0  # since the last writer that succeeded
+        self.writers_failed_total = 0  # since this node started
         self.retry_not_before = 0.0  # time.monotonic() before which no writer starts after a failure
         self._turn = turn_of(file_name)
         remove_stale_tmp_files(file_name)
@@ -219,13 +236,26 @@ class SnapshotSerializer:
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
         self.writers_failed += 1
-        pause_s = min(FAILED_WRITER_PAUSE_MAX_S, FAILED_WRITER_PAUSE_FIRST_S * 2 ** (self.writers_failed - 1))
+        self.writers_failed_total += 1
+        pause_s = failed_writer_pause_s(self.writers_failed)
         self.retry_not_before = time.monotonic() + pause_s
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
                     "starts in %.0f s at the earliest", pid, status, pause_s)
-        _remove_quietly(tmp_path)
+        remove_quietly(tmp_path)
         self._retry_rewrite_if_still_damaged()
         return SERIALIZER_STATE.FAILED, self._current_id
+
+    def pause_after_refused_compaction(self, refusals_in_a_row: int) -> None:
+        """The journal refused the compaction after a writer that succeeded (its rewritten file did
+        not fit): the next writer waits as after a failed one. pysyncobj's log is still over its
+        threshold, so it would otherwise start a writer for every entry applied, each for nothing.
+        Counted as a failed writer (status, /metrics): the journal is not compacted either way."""
+        self.writers_failed = refusals_in_a_row
+        self.writers_failed_total += 1
+        pause_s = failed_writer_pause_s(refusals_in_a_row)
+        self.retry_not_before = time.monotonic() + pause_s
+        log.warning("the journal %s could not be compacted after its snapshot; the next snapshot writer starts "
+                    "in %.0f s at the earliest", self._file_name, pause_s)
 
     def _retry_rewrite_if_still_damaged(self) -> None:
         """A writer that failed while the file in place is one found damaged (a rewrite that met a
@@ -262,7 +292,7 @@ class SnapshotSerializer:
             except (ProcessLookupError, ChildProcessError):
                 pass
         tmp_path, self._tmp_path = self._tmp_path, None
-        _remove_quietly(tmp_path)
+        remove_quietly(tmp_path)
 
     def deserialize(self):
         return read_snapshot(self._file_name)
@@ -281,10 +311,10 @@ class SnapshotSerializer:
         is_first = transmission["transmitted"] == 0
         try:
             data = transmission["file"].read(self._batch_bytes)
-        except OSError:
-            log.exception("reading the snapshot %s for a follower failed", self._file_name)
+        except OSError as exc:  # None, never False: pysyncobj would index False as a chunk
             self.cancelTransmisstion(transmissionID)
-            return False
+            self._refuse_to_send(transmission["identity"], exc)
+            return None
         transmission["transmitted"] += len(data)
         check = transmission["check"]
         if check is not None:
@@ -307,8 +337,8 @@ class SnapshotSerializer:
         whole first. None if the file is known or found damaged."""
         try:
             file = open(self._file_name, "rb")
-        except OSError:
-            log.exception("could not open the snapshot %s to send it", self._file_name)
+        except OSError as exc:  # missing or unreadable: as damaged, and asked for at every heartbeat
+            self._refuse_to_send(_file_identity(self._file_name), exc)
             return None
         identity = _identity_of(os.fstat(file.fileno()))
         check = None
@@ -332,69 +362,13 @@ class SnapshotSerializer:
         if identity != self._unsendable:  # once per damaged file, not once per heartbeat
             self._unsendable = identity
             self.rewrite_wanted = True
-            log.error("not sending the snapshot to a follower: it does not verify: %s", exc)
+            log.error("not sending the snapshot to a follower: it %s: %s",
+                      "cannot be read" if isinstance(exc, OSError) else "does not verify", exc)
 
     def cancelTransmisstion(self, id) -> None:
         transmission = self._transmissions.pop(id, None)
         if transmission is not None:
             transmission["file"].close()
-
-    # -- receiving from the leader (follower) --------------------------------------------------------
-
-    def setTransmissionData(self, data) -> bool:
-        """True once a whole snapshot was received, verified and renamed into place."""
-        if data is None:
-            return False
-        chunk, is_first, is_last = data
-        receiving_path = self._file_name + RECEIVING_SUFFIX
-        if is_first:
-            self._close_incoming()
-            try:
-                self._incoming = open(receiving_path, "wb")
-            except OSError:
-                log.exception("could not open %s for a snapshot from the leader", receiving_path)
-                return False
-        elif self._incoming is None:
-            return False
-        try:
-            self._incoming.write(chunk)
-            if not is_last:
-                return False
-            self._incoming.flush()
-            os.fsync(self._incoming.fileno())
-        except OSError:
-            log.exception("writing a snapshot from the leader to %s failed", receiving_path)
-            self._close_incoming()
-            _remove_quietly(receiving_path)
-            return False
-        self._close_incoming()
-        return self._install_received(receiving_path)
-
-    def _install_received(self, receiving_path: str) -> bool:
-        try:
-            with open(receiving_path, "rb") as file:
-                verify_snapshot_stream(file, receiving_path)
-        except (SnapshotDamaged, OSError) as exc:
-            self.snapshots_rejected += 1
-            log.error("rejected a snapshot from the leader, keeping this node's state: %s", exc)
-            _remove_quietly(receiving_path)
-            return False
-        # A local writer still running holds an older state than the leader's: publishing it after
-        # this one would put the snapshot behind the journal that the install is about to clear.
-        self._kill_writer()
-        published = self._publish(receiving_path)
-        if published:
-            # An operator replacing a machine watches for this line: the install, then the log.
-            log.info("installed a snapshot from the leader into %s", self._file_name)
-        return published
-
-    def _close_incoming(self) -> None:
-        if self._incoming is not None:
-            try:
-                self._incoming.close()
-            except OSError:
-                pass
-            self._incoming = None
 
 
 def _identity_of(stat: os.stat_result) -> tuple:
@@ -402,19 +376,11 @@ def _identity_of(stat: os.stat_result) -> tuple:
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
-def _file_identity(path: str) -> tuple | None:
+def _file_identity(path: str) -> tuple:
     try:
         return _identity_of(os.stat(path))
     except OSError:
-        return None
-
-
-def _remove_quietly(path: str | None) -> None:
-    if path:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+        return MISSING_FILE
 
 
 def make_serializer(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker):

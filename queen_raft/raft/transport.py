@@ -47,7 +47,6 @@ import math
 import threading
 from collections import OrderedDict, deque
 
-from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
@@ -57,6 +56,7 @@ from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.journal import GroupCommitJournal
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.peer_frame import master_key
+from queen_raft.raft.peer_resolver import PEER_RESOLVER
 from queen_raft.raft.settings import (
     HEAP_TRIM_AFTER_LOG_BYTES,
     HEAP_TRIM_IDLE_S,
@@ -234,12 +234,11 @@ class GroupTransport(TCPTransport):
 
     # -- dial map ---------------------------------------------------------------------------------
 
-    def dial_target(self, node) -> tuple[str, int]:
+    def dial_target(self, node) -> tuple[str | None, int]:
+        # A name is looked up off the tick thread (peer_resolver.py); None skips this dial.
         mapped = self.dial_map.get(node.address)
-        if mapped is None:
-            return node.ip, node.port
-        host, port = split_address(mapped)
-        return globalDnsResolver().resolve(host), port
+        host, port = (node.host, node.port) if mapped is None else split_address(mapped)
+        return PEER_RESOLVER.address_of(host), port
 
     def _connectIfNecessarySingle(self, node):
         # pysyncobj 0.3.17's body, dialling dial_target(node) instead of (node.ip, node.port).
@@ -250,8 +249,10 @@ class GroupTransport(TCPTransport):
         assert node in self._connections
         if node in self._lastConnectAttempt and monotonic_time() - self._lastConnectAttempt[node] < self._syncObj.conf.connectionRetryTime:
             return False
-        self._lastConnectAttempt[node] = monotonic_time()
         host, port = self.dial_target(node)
+        if host is None:
+            return False  # a name not resolved yet (looked up meanwhile): tried again next tick
+        self._lastConnectAttempt[node] = monotonic_time()
         conn = self._connections[node]
         conn.frame_master = self.frame_master
         return conn.connect(host, port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -249,3 +250,31 @@ async def test_a_retry_after_holds_back_only_its_own_call(nodes):
         started = time.monotonic()
         assert (await q.timer("q").key("k").cancel()).status == "cancelled"
         assert time.monotonic() - started < 1.0
+
+
+async def test_clients_refused_together_do_not_all_return_at_the_retry_after_instant(nodes):
+    # An election refuses every client at once with Retry-After: 1. Waiting exactly that long, they
+    # would all come back in the same few milliseconds; the wait is the Retry-After at least, spread.
+    clients = 20
+    refused_at: dict[str, float] = {}
+    retried_after: list[float] = []
+
+    def reply(seen: Seen) -> tuple[int, Any, dict]:
+        call = json.dumps(seen.body, sort_keys=True)  # each client's schedule carries its own txn
+        if call not in refused_at:
+            refused_at[call] = time.monotonic()
+            return UNAVAILABLE
+        retried_after.append(time.monotonic() - refused_at[call])
+        return SCHEDULED
+
+    node = await nodes(reply=reply)
+
+    async def one_client() -> None:
+        async with Queen(urls=[node.url]) as q:
+            await q.timer("q").key("k").delay(0).payload(b"x").schedule()
+
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    assert len(retried_after) == clients
+    assert min(retried_after) >= 0.99, "a client came back before its Retry-After"
+    spread = max(retried_after) - min(retried_after)
+    assert spread >= 0.1, f"all {clients} clients came back within {spread:.3f} s of their Retry-After"

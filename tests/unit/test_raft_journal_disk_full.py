@@ -256,3 +256,40 @@ def test_acknowledgements_held_on_a_full_disk_keep_only_the_newest_of_a_run(tmp_
         transport.send("leader", ack)
     assert journal.disk_full and list(transport._held["leader"]) == [first, other, acks[-1]]
     journal._destroy()
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
+def test_a_data_dir_that_takes_no_writes_is_a_full_disk_not_an_error_out_of_every_tick(tmp_path, monkeypatch, code):
+    # A filesystem remounted read-only after errors (EROFS), or a dir whose permissions were taken
+    # away (EACCES): records wait in memory, the node takes no writes, and it goes on once writable.
+    path = str(tmp_path / "raft.journal")
+    journal = GroupCommitJournal(path, None)
+    journal.add(b"\x00a", 1, 1)
+    assert journal.flush_if_dirty()
+    writable = [False]
+    real_fallocate = os.posix_fallocate
+    storer = journal._FileJournal__metaStorer
+    real_write = type(storer)._write
+
+    def fallocate(fd, offset, length):
+        if not writable[0]:
+            raise OSError(code, os.strerror(code))
+        return real_fallocate(fd, offset, length)
+
+    def write_meta(self, meta):
+        if not writable[0]:
+            raise OSError(code, os.strerror(code))
+        real_write(self, meta)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    monkeypatch.setattr(type(storer), "_write", write_meta)
+    for idx in range(2, 6):
+        journal.add(BIG, idx, 1)
+    assert journal.disk_full and not journal.flush_if_dirty()
+    journal.setRaftCommitIndex(3)
+    journal.onOneSecondTimer()  # the commit index cannot be saved: retried, not raised
+    writable[0] = True
+    journal.onOneSecondTimer()
+    assert journal.flush_if_dirty() and not journal.disk_full
+    journal._destroy()
+    assert [e[1] for e in GroupCommitJournal(path, None)] == [1, 2, 3, 4, 5]
