@@ -1,4 +1,4 @@
-"""Building one group's pysyncobj node: its SyncObjConf, its journal and its CoalescingSyncObj.
+"""Building one group's pysyncobj node: its SyncObjConf, its journal and its FollowerPollSyncObj.
 
 Everything pysyncobj is told about a group is decided here; group.py only asks for the result.
 """
@@ -17,7 +17,7 @@ from queen_raft.raft.journal import fsync_path
 from queen_raft.raft.compaction_turn import CompactionTurn, register_turn
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
-from queen_raft.raft.leader_append import CoalescingSyncObj
+from queen_raft.raft.follower_poll import FollowerPollSyncObj
 from queen_raft.raft.quiet_compaction import install_quiet_compaction
 from queen_raft.raft.snapshot_repair import install_snapshot_repair
 from queen_raft.raft.settings import (
@@ -99,7 +99,7 @@ def syncobj_conf(settings: RaftSettings, bind_address: str, files: GroupFiles,
 
 def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial_map: dict[str, str],
                   settings: RaftSettings, files: GroupFiles, consumer: SyncObjConsumer,
-                  on_state_changed: Callable[[int, int], None], aead_frames: bool = True) -> CoalescingSyncObj:
+                  on_state_changed: Callable[[int, int], None], aead_frames: bool = True) -> FollowerPollSyncObj:
     """The group's SyncObj, its port bound in the background (waitBinded() waits for it).
     `aead_frames=False`: its connections speak Fernet alone, as an older version (connection.py).
 
@@ -120,8 +120,9 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     # A follower appends only what its log lacks and never deletes a committed entry
     # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.
     # The leader sends AppendEntries once per batch of new commands, not once per command
-    # (leader_append.py).
-    syncobj = CoalescingSyncObj(
+    # (leader_append.py). A follower that hears its leader polls up to two heartbeat periods
+    # (follower_poll.py).
+    syncobj = FollowerPollSyncObj(
         self_addr, peer_addrs, conf=conf, consumers=[consumer], transportClass=transport_class
     )
     turn.log_bytes = lambda: getattr(syncobj._SyncObj__raftLog, "size_bytes", None)

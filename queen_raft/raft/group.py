@@ -185,15 +185,17 @@ class TenantGroup:
         self._tick_loop.wake()
 
     def _observe_leadership(self) -> None:
-        status = self.status()
-        now = (status["role"], status["leader"])
+        # Every tick-loop turn of every group: read the role and the leader alone, not status().
+        so = self._syncobj
+        role = _ROLE_BY_RAFT_STATE.get(so._SyncObj__raftState, "follower")
+        now = (role, self.leader_addr())
         if now == self._last_leadership:
             return
         self._last_leadership = now
         hook = self.on_leadership_change
         if hook is not None:
             try:
-                hook(self.tenant, status["role"], status["leader"], status["term"])
+                hook(self.tenant, role, now[1], so.raftCurrentTerm)
             except Exception:
                 log.exception("on_leadership_change hook failed")
 

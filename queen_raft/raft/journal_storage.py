@@ -184,12 +184,24 @@ class CheckedMetaStorer(MetaStorer):
     lack of space, the reserve is deleted and the store tried again, and the reserve is made again
     after a store once space allows. Without it, a failed store raises (pysyncobj then sends no vote
     and takes no new term: safe, and retried on the next message).
+
+    A store of exactly what this storer last wrote whole is left out: a follower marks its commit
+    index unsaved on every AppendEntries, heartbeats included, so pysyncobj's one-second save would
+    rewrite (here: fsync, rename, fsync the directory) the same bytes every second in every group.
     """
+
+    _stored: dict | None = None  # a copy of the meta the last successful store wrote
+    _reserve_released = False  # the reserve was spent on a full disk and is not back yet
 
     def getMeta(self):
         return load_meta(self.getPath())
 
     def storeMeta(self, meta):
+        if meta == self._stored:
+            if self._reserve_released:
+                self._keep_reserve()  # as after a store: made again once space allows
+            return
+        self._stored = None  # a write that fails part-way leaves the file unknown
         try:
             self._write(meta)
         except OSError as exc:
@@ -199,6 +211,7 @@ class CheckedMetaStorer(MetaStorer):
             self._write(meta)
         else:
             self._keep_reserve()
+        self._stored = dict(meta)
 
     def _write(self, meta) -> None:
         MetaStorer.storeMeta(self, meta)
@@ -208,11 +221,13 @@ class CheckedMetaStorer(MetaStorer):
             os.remove(self.getPath() + META_RESERVE_SUFFIX)
         except OSError:  # none left, or the dir takes no change at all (read-only)
             return False
+        self._reserve_released = True
         return True
 
     def _keep_reserve(self) -> None:
         path = self.getPath() + META_RESERVE_SUFFIX
         if os.path.exists(path):
+            self._reserve_released = False
             return
         fd = os.open(path + ".tmp", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
         try:
@@ -223,6 +238,7 @@ class CheckedMetaStorer(MetaStorer):
             return
         os.close(fd)
         os.replace(path + ".tmp", path)
+        self._reserve_released = False
 
 
 def write_journal_file(path: str, kept, durable: bool):

@@ -26,11 +26,11 @@ Two of them are dropped when they would repeat what the other end already has:
 
 2. Follower (`_SyncObj__sendNextNodeIdx`). The answer to an AppendEntries that carried no entries
    is not sent when it succeeded, asks no reset, and is identical to the last answer this node sent
-   that leader (same term, same next index) within ANSWER_REPEAT_WINDOW_PERIODS of
-   appendEntriesPeriod. Every other answer goes: one to a message that carried entries, a failure
-   (with or without a reset), a new next index, a new term, a snapshot's. An idle leader's
-   heartbeats come one period apart, so each still gets its answer; the skipped ones are the
-   answers to commit-only messages that arrive right after the acknowledgement of their entries.
+   that leader (same term, same next index) within the answer window (answer_window_s). Every
+   other answer goes: one to a message that carried entries, a failure (with or without a reset),
+   a new next index, a new term, a snapshot's. An idle leader's heartbeats come one period apart,
+   so every other one is answered; the other skipped ones are the answers to commit-only messages
+   that arrive right after the acknowledgement of their entries.
    A record is per leader node, forgotten when the link to it drops or is made again (an answer
    sent into a dying connection may never have arrived), and the answers still go through
    transport.send, so the group-commit hold is unchanged: an answer that carries new entries leaves
@@ -41,7 +41,8 @@ decisions, only on answers (`_onMessageReceived`, 'next_node_idx'): a success ra
 nextIndex only to a higher acknowledged index, a reset sets nextIndex. A skipped answer repeats the
 last one the leader was sent, so handling it would change neither. The only other thing the leader
 takes from an answer is `__lastResponseTime`, which leaderFallbackTimeout (2.5 s by default) reads
-to step down without a majority: answers still go at least once per heartbeat period. A skipped
+to step down without a majority: answers still go at least every two heartbeat periods while
+heartbeats arrive, and the window is kept under a fifth of leaderFallbackTimeout. A skipped
 AppendEntries repeats the term and commit index the follower was last sent and has no entry to
 carry; its prevLogIdx/prevLogTerm are those the follower already acknowledged or was sent.
 Recovery never hangs on a skipped message: pysyncobj's leader resends only after an answer that
@@ -65,10 +66,21 @@ from pysyncobj.syncobj import _RAFT_STATE
 from queen_raft.raft.log_index import IndexedLogSyncObj
 
 # A repeated answer to an entry-less AppendEntries goes anyway once this many heartbeat periods
-# passed since the last answer to that leader. Half a period: heartbeats come a full period apart
-# (or more), so every heartbeat of an idle group is answered, as stock answers it; the answers
-# skipped are those that follow another within a few milliseconds (commit-only messages under load).
-ANSWER_REPEAT_WINDOW_PERIODS = 0.5
+# passed since the last answer to that leader. An idle group's heartbeats come a period apart (or a
+# little more), so every other one is answered: the leader hears each follower at least every two
+# periods (~100 ms), which is all it takes from a repeated answer (__lastResponseTime, read against
+# leaderFallbackTimeout); half of an idle group's answers, and of the leader's wake-ups to read
+# them, are left out. Under load the skipped ones are the commit-only messages' answers.
+ANSWER_REPEAT_WINDOW_PERIODS = 1.5
+# ... and never longer than this share of leaderFallbackTimeout, however the two are configured:
+# a leader must hear a majority within it, or it steps down.
+ANSWER_WINDOW_MAX_FALLBACK_SHARE = 0.2
+
+
+def answer_window_s(append_entries_period_s: float, leader_fallback_timeout_s: float) -> float:
+    """How long after an answer a repeat of it is left out (see ANSWER_REPEAT_WINDOW_PERIODS)."""
+    return min(ANSWER_REPEAT_WINDOW_PERIODS * append_entries_period_s,
+               ANSWER_WINDOW_MAX_FALLBACK_SHARE * leader_fallback_timeout_s)
 
 
 class QuietMessagesSyncObj(IndexedLogSyncObj):
@@ -145,7 +157,8 @@ class QuietMessagesSyncObj(IndexedLogSyncObj):
         now = monotonic_time()
         if self._answering_empty_append and success and not reset:
             last = self._last_answer.get(node)
-            window_s = ANSWER_REPEAT_WINDOW_PERIODS * self._SyncObj__conf.appendEntriesPeriod
+            conf = self._SyncObj__conf
+            window_s = answer_window_s(conf.appendEntriesPeriod, conf.leaderFallbackTimeout)
             if last is not None and last[0] == answer and now - last[1] < window_s:
                 self.answers_skipped += 1
                 return

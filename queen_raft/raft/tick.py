@@ -41,6 +41,7 @@ from queen_raft.raft.errors import GroupUnavailable
 from queen_raft.raft.fire_batch import next_fire_batch
 from queen_raft.raft.settings import RaftSettings
 from queen_raft.raft.tick_riders import Rider, TickRiders, settle_riders
+from queen_raft.raft.wake_flag import WakeFlag
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,11 @@ TICK_LOOP_RESTART_DELAY_S = 0.1
 # stop() cancels the tick task again after this long if a cancellation was swallowed.
 STOP_RECANCEL_S = 0.1
 
-# A follower's tick loop (or a leader's with tick_ms=0) still wakes this often to notice a new
-# leader elsewhere (pysyncobj only reports this node's own role changes) and report it.
-LEADERSHIP_WATCH_S = 0.1
+# A tick loop with nothing to fire (a follower, a leader whose state holds no timer, or tick_ms=0)
+# still wakes this often to notice a new leader elsewhere (pysyncobj only reports this node's own
+# role changes) and report it. Nothing else waits on it: this node's own role changes wake the loop
+# (wake), and so does an apply that adds a timer (note_applied).
+LEADERSHIP_WATCH_S = 1.0
 
 
 def split_gap_wait(gap_left_s: float) -> tuple[float, float]:
@@ -134,8 +137,10 @@ def decide(view: TickView, tick_ms: int, min_gap_s: float) -> Decision:
         return Wait(LEADERSHIP_WATCH_S)
     due = view.next_due_ms
     if not view.more_due and (due is None or due > view.now_ms):
-        # Nothing due: sleep to the next due instant (at most tick_ms); an earlier one wakes us.
-        sleep_ms = tick_ms if due is None else min(tick_ms, due - view.now_ms)
+        # Nothing due: sleep to the next due instant (at most tick_ms, which bounds how late a
+        # step of the wall clock can make a fire); an earlier one wakes us. With no timer at all
+        # no clock step can make one due: only an apply adding one can, and it wakes us.
+        sleep_ms = LEADERSHIP_WATCH_S * 1000 if due is None else min(tick_ms, due - view.now_ms)
         return Wait(sleep_ms / 1000, wake_below_ms=view.now_ms + sleep_ms)
     if view.in_flight and (not view.more_due or view.in_flight >= TICKS_IN_FLIGHT_MAX):
         # The tick in flight covers what the applied state shows due; its outcome wakes us (it
@@ -205,7 +210,7 @@ class TickLoop:
         self._riders = riders if propose_entry is not None else None
         self._propose_entry = propose_entry
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        self._wake: WakeFlag | None = None
         self.task: asyncio.Task | None = None
         # Set by stop(): the tick loop ends at its next turn even if a cancellation was lost.
         self._stopping = False
@@ -238,7 +243,7 @@ class TickLoop:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._loop is None:
             self._loop = loop
-            self._wake = asyncio.Event()
+            self._wake = WakeFlag(loop)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.bind(loop)
@@ -263,10 +268,7 @@ class TickLoop:
             log.error("group %s: tick loop ended with %r", self.tenant, task.exception())
 
     async def _wait_for_wake(self, timeout_s: float) -> None:
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
+        await self._wake.wait(timeout_s)
 
     async def _run(self) -> None:
         # The loop must outlive any surprise: a dead tick task would stop every fire of the group.

@@ -104,8 +104,9 @@ def http_call(url: str, method: str = "GET", token_text: str | None = None, body
 
 class NodeCluster:
     def __init__(self, workdir: Path, node_count: int = 3, settings: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, tenants: tuple[str, ...] = TENANTS):
         self.workdir = Path(workdir)
+        self.tenants = tenants
         self.node_ids = [f"n{i + 1}" for i in range(node_count)]
         # Every config has a Raft password (queen_raft/peer_password.py); a test may set its own.
         self.settings = {"raft_password": secrets.token_urlsafe(32), **(settings or {})}
@@ -123,7 +124,7 @@ class NodeCluster:
     # -- config ---------------------------------------------------------------------------------
 
     def write_config(self) -> None:
-        bases = pick_port_runs(2 * len(self.node_ids), len(TENANTS))
+        bases = pick_port_runs(2 * len(self.node_ids), len(self.tenants))
         for i, node_id in enumerate(self.node_ids):
             self.http_ports[node_id] = bases[2 * i]
             self.raft_ports[node_id] = bases[2 * i + 1]
@@ -131,7 +132,7 @@ class NodeCluster:
         for node_id in self.node_ids:
             lines += ["[[nodes]]", f'id = "{node_id}"', 'host = "127.0.0.1"',
                       f"http_port = {self.http_ports[node_id]}", f"raft_port = {self.raft_ports[node_id]}", ""]
-        for tenant in TENANTS:
+        for tenant in self.tenants:
             lines += ["[[tenants]]", f'name = "{tenant}"']
             for level in LEVEL_SUFFIX:
                 lines += ["[[tenants.tokens]]", f'token = "{token(tenant, level)}"', f'level = "{level}"']
@@ -196,7 +197,7 @@ class NodeCluster:
             # The node id in the answer proves it is our node on that port, not another test's server.
             if all(status == 200 and body.get("node") == n for n, (status, body) in answers.items()):
                 leaders = {(t, g["leader"]) for _, body in answers.values() for t, g in body["groups"].items()}
-                if len(leaders) == len(TENANTS):
+                if len(leaders) == len(self.tenants):
                     return
             time.sleep(POLL_INTERVAL_S)
         raise RuntimeError(f"cluster not ready in {timeout_s} s: {last}\n" + "\n".join(self.log_tail(n) for n in node_ids))

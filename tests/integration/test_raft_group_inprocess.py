@@ -20,7 +20,7 @@ import pytest
 from queen_raft.config import Settings
 from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings, TenantGroup
 from queen_raft.raft.group_api import GroupStatus
-from queen_raft.raft.tick import TICKS_IN_FLIGHT_MAX
+from queen_raft.raft.tick import LEADERSHIP_WATCH_S, TICKS_IN_FLIGHT_MAX
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -505,7 +505,9 @@ async def test_stop_ends_the_tick_loop_even_when_a_cancellation_is_swallowed(gro
             swallowed.append(timeout_s)
 
     group._tick_loop._wait_for_wake = swallowing_wait
-    await asyncio.sleep(0.3)  # past the 200 ms cap: the loop now sleeps in swallowing_wait
+    # Past the first wait (no timer pending: up to the leadership watch): the loop now sleeps in
+    # swallowing_wait.
+    await asyncio.sleep(LEADERSHIP_WATCH_S + 0.3)
     started_at = time.monotonic()
     await asyncio.wait_for(group.stop(), 3.0)
     assert swallowed, "the test did not exercise a swallowed cancellation"

@@ -17,7 +17,7 @@ from pysyncobj.transport import TCPTransport, Transport
 from queen_raft.raft import quiet_messages
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal, unregister_journal
 from queen_raft.raft.leader_append import CoalescingSyncObj
-from queen_raft.raft.quiet_messages import ANSWER_REPEAT_WINDOW_PERIODS
+from queen_raft.raft.quiet_messages import ANSWER_REPEAT_WINDOW_PERIODS, answer_window_s
 from queen_raft.raft.transport import GroupTransport
 
 ADDRS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
@@ -298,8 +298,8 @@ def test_a_link_made_again_starts_without_a_record(follower):
     assert follower.syncobj.answers_skipped == 0
 
 
-@pytest.mark.parametrize("every_s", [PERIOD_S, PERIOD_S * 0.6, PERIOD_S / 3, PERIOD_S / 10])
-def test_heartbeats_get_an_answer_at_least_once_per_period(follower, every_s):
+@pytest.mark.parametrize("every_s", [PERIOD_S * 2, PERIOD_S * 1.1, PERIOD_S, PERIOD_S * 0.6, PERIOD_S / 3, PERIOD_S / 10])
+def test_heartbeats_get_an_answer_at_least_every_two_periods(follower, every_s):
     answered_at = []
     for _ in range(200):
         append(follower, 1, 0, [])
@@ -307,9 +307,20 @@ def test_heartbeats_get_an_answer_at_least_once_per_period(follower, every_s):
             answered_at.append(follower.clock.now)
         follower.clock.now += every_s
     gaps = [b - a for a, b in zip(answered_at, answered_at[1:])]
-    assert max(gaps) <= PERIOD_S + 1e-9, gaps
-    if every_s > ANSWER_REPEAT_WINDOW_PERIODS * PERIOD_S:
-        assert len(answered_at) == 200  # heartbeats of an idle group: every one answered, as stock
+    window_s = ANSWER_REPEAT_WINDOW_PERIODS * PERIOD_S
+    # The first heartbeat past the window is answered: the leader hears the follower that often.
+    assert max(gaps) <= window_s + every_s + 1e-9, gaps
+    if every_s >= 2 * PERIOD_S:
+        assert len(answered_at) == 200  # heartbeats further apart than the window: every one answered
     else:
-        assert min(gaps) >= ANSWER_REPEAT_WINDOW_PERIODS * PERIOD_S - 1e-9  # the rest were repeats
+        assert min(gaps) >= window_s - 1e-9  # the rest were repeats
         assert follower.syncobj.answers_skipped == 200 - len(answered_at) > 0
+    if every_s == PERIOD_S:
+        assert len(answered_at) == 100  # an idle group's heartbeats: every other one answered
+
+
+def test_the_answer_window_stays_well_inside_the_leader_fallback_timeout():
+    assert answer_window_s(0.05, 2.5) == pytest.approx(ANSWER_REPEAT_WINDOW_PERIODS * 0.05)
+    # A fallback timeout configured close to the heartbeat period: the window shrinks with it.
+    assert answer_window_s(0.05, 0.2) == pytest.approx(0.04)
+    assert answer_window_s(0.05, 0.2) <= 0.2 / 5 + 1e-12

@@ -31,6 +31,7 @@ from pysyncobj.transport import TCPTransport
 from queen_raft.raft import connection as connection_module
 from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
 from queen_raft.raft.follower_append import LogMatchingSyncObj
+from queen_raft.raft.follower_poll import FollowerPollSyncObj
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
@@ -358,8 +359,24 @@ def test_follower_append_override_is_a_real_override_used_by_the_group():
     assert QuietMessagesSyncObj.__mro__.index(LogMatchingSyncObj) > QuietMessagesSyncObj.__mro__.index(QuietMessagesSyncObj)
     assert "build_syncobj(" in source(group.TenantGroup.__init__)
     assert "SyncObj(" not in source(group.TenantGroup.__init__)
-    assert "CoalescingSyncObj(" in source(construction.build_syncobj)
-    assert "SyncObj(" not in source(construction.build_syncobj).replace("CoalescingSyncObj(", "")
+    assert issubclass(FollowerPollSyncObj, CoalescingSyncObj)
+    assert "FollowerPollSyncObj(" in source(construction.build_syncobj)
+    assert "SyncObj(" not in source(construction.build_syncobj).replace("FollowerPollSyncObj(", "")
+
+
+# -- SyncObj: a follower's poll up to its election deadline (follower_poll.py) ---------------------------
+
+def test_syncobj_code_the_follower_poll_relies_on():
+    tick = source(SyncObj._onTick)
+    # The election deadline is checked at the top of a tick, and the poll that ends it waits the
+    # timeToWait it was given: a poll that ends at the deadline starts the election on the next tick.
+    deadline = tick.index("if self.__raftElectionDeadline < monotonicTime() and self.__connectedToAnyone():")
+    assert deadline < tick.rindex("self._poller.poll(timeToWait)")
+    assert tick.count("self._poller.poll(") == 1
+    assert "self._onTick(self.__conf.autoTickPeriod)" in source(SyncObj._autoTickThread)
+    # The group's tick goes through the override, which only changes how long the poll waits.
+    assert FollowerPollSyncObj._onTick is not CoalescingSyncObj._onTick
+    assert "super()._onTick(follower_poll_s(" in source(FollowerPollSyncObj._onTick)
 
 
 # -- SyncObj: the leader's coalesced AppendEntries sends (leader_append.py) -----------------------------

@@ -83,7 +83,9 @@ def test_a_leader_with_nothing_in_flight_never_sleeps_past_the_next_due_instant(
         assert asleep_s <= max(0.0, gap_left_s(view, min_gap_ms)) + FLOAT_SLACK_S
         return
     if view.next_due_ms is None:
-        assert decision == Wait(tick_ms / 1000, view.now_ms + tick_ms)
+        # No timer: no clock step can make one due, and any timer applied before the loop would
+        # wake on its own wakes it (note_applied): it waits for that, or the leadership watch.
+        assert decision == Wait(LEADERSHIP_WATCH_S, view.now_ms + LEADERSHIP_WATCH_S * 1000)
         return
     due_in_s = max(0.0, (view.next_due_ms - view.now_ms) / 1000)
     assert asleep_s <= max(due_in_s, gap_left_s(view, min_gap_ms)) + LOOP_TIMER_GRANULARITY_S
