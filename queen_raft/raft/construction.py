@@ -1,4 +1,4 @@
-"""Building one group's pysyncobj node: its SyncObjConf, its journal and its FollowerPollSyncObj.
+"""Building one group's pysyncobj node: its SyncObjConf, its journal and its StoredTermSyncObj.
 
 Everything pysyncobj is told about a group is decided here; group.py only asks for the result.
 """
@@ -17,7 +17,6 @@ from queen_raft.raft.journal import fsync_path
 from queen_raft.raft.compaction_turn import CompactionTurn, register_turn
 from queen_raft.raft.journal_factory import install_journal_factory, register_journal
 from queen_raft.raft.snapshot_writer import install_snapshot_writer
-from queen_raft.raft.follower_poll import FollowerPollSyncObj
 from queen_raft.raft.quiet_compaction import install_quiet_compaction
 from queen_raft.raft.snapshot_repair import install_snapshot_repair
 from queen_raft.raft.settings import (
@@ -29,6 +28,7 @@ from queen_raft.raft.settings import (
     RaftSettings,
 )
 from queen_raft.raft.transport import GroupTransport
+from queen_raft.raft.stored_term import StoredTermSyncObj
 
 JOURNAL_FILE_NAME = "raft.journal"
 FULL_DUMP_FILE_NAME = "raft.snapshot"
@@ -99,7 +99,7 @@ def syncobj_conf(settings: RaftSettings, bind_address: str, files: GroupFiles,
 
 def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial_map: dict[str, str],
                   settings: RaftSettings, files: GroupFiles, consumer: SyncObjConsumer,
-                  on_state_changed: Callable[[int, int], None], aead_frames: bool = True) -> FollowerPollSyncObj:
+                  on_state_changed: Callable[[int, int], None], aead_frames: bool = True) -> StoredTermSyncObj:
     """The group's SyncObj, its port bound in the background (waitBinded() waits for it).
     `aead_frames=False`: its connections speak Fernet alone, as an older version (connection.py).
 
@@ -121,8 +121,8 @@ def build_syncobj(self_addr: str, peer_addrs: list[str], bind_address: str, dial
     # (follower_append.py); stock SyncObj deletes and re-adds on every overlapping append.
     # The leader sends AppendEntries once per batch of new commands, not once per command
     # (leader_append.py). A follower that hears its leader polls up to two heartbeat periods
-    # (follower_poll.py).
-    syncobj = FollowerPollSyncObj(
+    # (follower_poll.py). A term or vote is taken only once stored (stored_term.py).
+    syncobj = StoredTermSyncObj(
         self_addr, peer_addrs, conf=conf, consumers=[consumer], transportClass=transport_class
     )
     turn.log_bytes = lambda: getattr(syncobj._SyncObj__raftLog, "size_bytes", None)

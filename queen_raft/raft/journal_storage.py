@@ -182,8 +182,8 @@ class CheckedMetaStorer(MetaStorer):
     before it accepts the leader's messages), or it could neither apply nor serve reads. So a file of
     META_RESERVE_BYTES is kept reserved next to the meta (`.meta.reserve`); when a store fails for
     lack of space, the reserve is deleted and the store tried again, and the reserve is made again
-    after a store once space allows. Without it, a failed store raises (pysyncobj then sends no vote
-    and takes no new term: safe, and retried on the next message).
+    after a store once space allows. Without it, a failed store raises, and the term or vote is not
+    taken (stored_term.py; retried on the next message).
 
     A store of exactly what this storer last wrote whole is left out: a follower marks its commit
     index unsaved on every AppendEntries, heartbeats included, so pysyncobj's one-second save would

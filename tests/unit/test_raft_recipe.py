@@ -32,6 +32,7 @@ from queen_raft.raft import connection as connection_module
 from queen_raft.raft.connection import FastTcpConnection, install_connection_recipe
 from queen_raft.raft.follower_append import LogMatchingSyncObj
 from queen_raft.raft.follower_poll import FollowerPollSyncObj
+from queen_raft.raft.stored_term import StoredTermSyncObj
 from queen_raft.raft.listener import ResilientTcpServer
 from queen_raft.raft.leader_append import CoalescingSyncObj
 from queen_raft.raft.quiet_messages import QuietMessagesSyncObj
@@ -359,9 +360,31 @@ def test_follower_append_override_is_a_real_override_used_by_the_group():
     assert QuietMessagesSyncObj.__mro__.index(LogMatchingSyncObj) > QuietMessagesSyncObj.__mro__.index(QuietMessagesSyncObj)
     assert "build_syncobj(" in source(group.TenantGroup.__init__)
     assert "SyncObj(" not in source(group.TenantGroup.__init__)
-    assert issubclass(FollowerPollSyncObj, CoalescingSyncObj)
-    assert "FollowerPollSyncObj(" in source(construction.build_syncobj)
-    assert "SyncObj(" not in source(construction.build_syncobj).replace("FollowerPollSyncObj(", "")
+    assert issubclass(FollowerPollSyncObj, CoalescingSyncObj) and issubclass(StoredTermSyncObj, FollowerPollSyncObj)
+    assert "StoredTermSyncObj(" in source(construction.build_syncobj)
+    assert "SyncObj(" not in source(construction.build_syncobj).replace("StoredTermSyncObj(", "")
+
+
+# -- SyncObj: a term or vote taken only once stored (stored_term.py) -------------------------------------
+
+def test_syncobj_code_the_stored_term_relies_on():
+    # The override replaces this whole method: memory first, then the store.
+    assert source(SyncObj._SyncObj__setCurrentTerm).split("\n")[1:4] == [
+        "        self.__raftCurrentTerm = term",
+        "        self.__votedForNodeId = votedForNodeId",
+        "        self.__raftLog.setCurrentTerm(term, votedForNodeId)",
+    ]
+    # Every term and vote goes through it; a raise leaves the message handler or the tick at once.
+    handler, tick = source(SyncObj._SyncObj__onMessageReceived), source(SyncObj._onTick)
+    assert "self.__raftCurrentTerm =" not in handler and "self.__votedForNodeId =" not in handler
+    assert "self.__raftCurrentTerm =" not in tick and "self.__votedForNodeId =" not in tick
+    assert handler.count("self.__setCurrentTerm(") == 3 and tick.count("self.__setCurrentTerm(") == 1
+    # The election deadline moves on before the term an election would take is stored.
+    assert tick.index("self.__raftElectionDeadline = monotonicTime() + self.__generateRaftTimeout()") < tick.index(
+        "self.__setCurrentTerm(self.__raftCurrentTerm + 1, self.__selfNode.id)")
+    # Outermost: the raise of any layer below reaches the wrappers.
+    assert StoredTermSyncObj._SyncObj__onMessageReceived is not QuietMessagesSyncObj._SyncObj__onMessageReceived
+    assert "super()._SyncObj__onMessageReceived(node, message)" in source(StoredTermSyncObj._SyncObj__onMessageReceived)
 
 
 # -- SyncObj: a follower's poll up to its election deadline (follower_poll.py) ---------------------------

@@ -1,0 +1,83 @@
+"""A member takes a new term, or gives a vote, only once its disk holds it.
+
+Raft's safety rests on currentTerm and votedFor being durable before the member acts on them: a
+member that restarts in an older term than one it acted in can accept a leader of that older term,
+and that leader may overwrite entries this member acknowledged in the newer one (a committed write
+lost). pysyncobj 0.3.17's `__setCurrentTerm` sets the term and the vote in memory first and then
+stores them: when the store raises (the meta file's directory takes no rename, EACCES; an EIO),
+the member goes on in a term its disk does not hold. The message that raised is dropped, but the
+next AppendEntries of that term finds the term already current and is appended and acknowledged:
+entries of term T acknowledged by a member whose disk says T-1. A full disk does not reach this
+(the meta's reserve, journal_storage.CheckedMetaStorer); a meta store that fails while the
+journal still writes does.
+
+Here the store goes first and the term and vote are set only after it succeeded. When it fails the
+member stays in its stored term: a vote request or AppendEntries of the newer term is dropped (the
+sender tries again, as with a lost message), so the member neither votes nor follows in a term it
+could lose, and an election it would start does not happen (its deadline is already moved on). The
+group goes on with the other members when they are a majority. Once the store succeeds again, the
+next message of the newer term is taken as usual and the member catches up.
+
+The failure is logged when it starts and at most once a minute after (with how many stores
+failed), not as a traceback per message: a leader's heartbeats arrive twenty times a second.
+
+Overrides SyncObj._SyncObj__setCurrentTerm, and wraps _SyncObj__onMessageReceived and _onTick to
+catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from queen_raft.raft.follower_poll import FollowerPollSyncObj
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 60.0
+
+
+class TermNotStored(Exception):
+    """The meta store of a new term or vote failed: nothing of it was taken."""
+
+
+class StoredTermSyncObj(FollowerPollSyncObj):
+    """FollowerPollSyncObj that takes a term or a vote only once it is stored (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        # Before super().__init__(): the tick thread may run before __init__ returns.
+        self.terms_not_stored = 0  # stores of a term or vote that failed, since this node started
+        self._term_failure_logged_at: float | None = None
+        self._term_failures_unlogged = 0
+        super().__init__(*args, **kwargs)
+
+    def _SyncObj__setCurrentTerm(self, term, votedForNodeId):
+        try:
+            self._SyncObj__raftLog.setCurrentTerm(term, votedForNodeId)
+        except OSError as exc:
+            raise TermNotStored(f"term {term}, vote {votedForNodeId}: {exc}") from exc
+        self._SyncObj__raftCurrentTerm = term
+        self._SyncObj__votedForNodeId = votedForNodeId
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        try:
+            return super()._SyncObj__onMessageReceived(node, message)
+        except TermNotStored as exc:
+            self._note_term_not_stored(exc)
+
+    def _onTick(self, timeToWait=0.0):
+        try:
+            super()._onTick(timeToWait)
+        except TermNotStored as exc:  # an election this member could not start
+            self._note_term_not_stored(exc)
+
+    def _note_term_not_stored(self, exc: TermNotStored) -> None:
+        self.terms_not_stored += 1
+        now = time.monotonic()
+        if self._term_failure_logged_at is not None and now - self._term_failure_logged_at < LOG_EVERY_S:
+            self._term_failures_unlogged += 1
+            return
+        more = f" ({self._term_failures_unlogged} more since the last line)" if self._term_failures_unlogged else ""
+        log.error("cannot store the Raft term or vote (%s)%s: this member takes no newer term, vote or "
+                  "leader until it can; check the data dir's permissions and disk", exc, more)
+        self._term_failure_logged_at, self._term_failures_unlogged = now, 0
