@@ -51,6 +51,15 @@ async def wait_until(predicate, what: str, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def all_started(addrs, live, start) -> tuple[TenantGroup, TenantGroup]:
+    """Starts every member and waits for a leader: (the leader, one of its followers)."""
+    for addr in addrs:
+        start(addr)
+    await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
+    leader = leader_of(list(live.values()))
+    return leader, next(group for group in live.values() if group is not leader)
+
+
 def leader_of(groups) -> TenantGroup | None:
     """The one member that believes it leads, or None (none, or two during a change of term)."""
     leaders = [group for group in groups if group.is_leader]

@@ -19,7 +19,7 @@ import time
 import traceback
 
 import pytest
-from inprocess_groups import leader_of, three_members, wait_until
+from inprocess_groups import all_started, leader_of, three_members, wait_until
 
 from queen_raft.raft import GroupUnavailable, RaftSettings
 
@@ -74,10 +74,7 @@ async def propose_somewhere(live, command: dict):
 
 async def test_a_leader_whose_data_dir_turns_read_only_steps_down_and_the_group_goes_on(tmp_path, monkeypatch, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
-        for addr in addrs:
-            start(addr)
-        await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
-        broken = leader_of(list(live.values()))
+        broken, _ = await all_started(addrs, live, start)
         await broken.propose({"op": "set", "key": "before", "value": 1})
         read_only = ReadOnly(broken._syncobj._SyncObj__raftLog, monkeypatch)
         term_at_fault = broken.status()["term"]

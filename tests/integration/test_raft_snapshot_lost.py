@@ -14,7 +14,7 @@ import os
 import shutil
 
 import pytest
-from inprocess_groups import leader_of, three_members, wait_until
+from inprocess_groups import all_started, three_members, wait_until
 
 from queen_raft.raft import RaftSettings
 
@@ -25,11 +25,7 @@ SETTINGS = RaftSettings(log_compaction_min_entries=5)
 
 async def test_a_wiped_follower_catches_up_from_a_leader_whose_snapshot_file_is_gone(tmp_path, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
-        for addr in addrs:
-            start(addr)
-        await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
-        leader = leader_of(list(live.values()))
-        follower = next(group for group in live.values() if group is not leader)
+        leader, follower = await all_started(addrs, live, start)
         follower_addr, follower_dir = follower.self_addr, follower.data_dir
         await stop(follower_addr)
         shutil.rmtree(follower_dir)  # wiped: it needs the leader's snapshot to rejoin

@@ -17,7 +17,7 @@ import os
 import shutil
 
 import pytest
-from inprocess_groups import leader_of, three_members, wait_until
+from inprocess_groups import all_started, three_members, wait_until
 
 import queen_raft.raft.snapshot_receive as snapshot_receive
 from queen_raft.raft import RaftSettings
@@ -41,11 +41,7 @@ class FullDiskFile:
 
 async def test_a_follower_that_cannot_store_the_leaders_snapshot_says_so_once(tmp_path, monkeypatch, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
-        for addr in addrs:
-            start(addr)
-        await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
-        leader = leader_of(list(live.values()))
-        follower = next(group for group in live.values() if group is not leader)
+        leader, follower = await all_started(addrs, live, start)
         follower_addr, follower_dir = follower.self_addr, follower.data_dir
         await stop(follower_addr)
         shutil.rmtree(follower_dir)

@@ -15,7 +15,7 @@ import errno
 import logging
 
 import pytest
-from inprocess_groups import leader_of, three_members, wait_until
+from inprocess_groups import all_started, three_members, wait_until
 
 import queen_raft.raft.journal_spill as journal_spill
 from queen_raft.raft import RaftSettings
@@ -29,11 +29,7 @@ WATCH_S = 2.0
 
 async def test_a_follower_past_its_spill_cap_refuses_entries_quietly_and_catches_up(tmp_path, monkeypatch, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
-        for addr in addrs:
-            start(addr)
-        await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
-        leader = leader_of(list(live.values()))
-        follower = next(group for group in live.values() if group is not leader)
+        leader, follower = await all_started(addrs, live, start)
         await leader.propose({"op": "set", "key": "before", "value": 0})
         await wait_until(lambda: follower.peek_local(lambda state: state.values.get("before")) == 0, "the follower")
 

@@ -13,7 +13,7 @@ import asyncio
 import errno
 
 import pytest
-from inprocess_groups import leader_of, three_members, wait_until
+from inprocess_groups import all_started, leader_of, three_members, wait_until
 
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.journal_storage import load_meta
@@ -30,12 +30,8 @@ def stored_term(group) -> int:
 
 async def test_a_member_that_cannot_store_a_new_term_neither_follows_nor_acknowledges_in_it(tmp_path, monkeypatch):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
-        for addr in addrs:
-            start(addr)
-        await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
-        leader = leader_of(list(live.values()))
+        leader, broken = await all_started(addrs, live, start)
         await leader.propose({"op": "set", "key": "before", "value": 1})
-        broken = next(group for group in live.values() if group is not leader)
         await wait_until(lambda: broken.peek_local(lambda state: state.values.get("before")) == 1, "the member to apply")
         term_at_fault = broken.status()["term"]
         assert stored_term(broken) == term_at_fault
