@@ -142,14 +142,19 @@ def measure(args, pids: list[int]) -> list[dict]:
     return rows
 
 
+def node_arguments() -> argparse.ArgumentParser:
+    """The arguments a node process of these benches is started with (`<script> node ...`)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("node")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--base-port", type=int, required=True)
+    return parser
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "node":
-        parser = argparse.ArgumentParser()
-        parser.add_argument("node")
-        parser.add_argument("--index", type=int, required=True)
-        parser.add_argument("--data-dir", required=True)
-        parser.add_argument("--base-port", type=int, required=True)
-        asyncio.run(run_node(parser.parse_args()))
+        asyncio.run(run_node(node_arguments().parse_args()))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=200.0, help="proposals per second")

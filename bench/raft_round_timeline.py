@@ -34,6 +34,7 @@ import time
 from raft_entry_cost import (  # run as a script: bench/ is on sys.path
     NODES,
     PASSWORD_ENV,
+    node_arguments,
     statuses,
     wait_for_leader,
 )
@@ -209,11 +210,7 @@ def show_round(by_node: list[list], roles: list[str], index: int) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "node":
-        parser = argparse.ArgumentParser()
-        parser.add_argument("node")
-        parser.add_argument("--index", type=int, required=True)
-        parser.add_argument("--data-dir", required=True)
-        parser.add_argument("--base-port", type=int, required=True)
+        parser = node_arguments()
         parser.add_argument("--switch-interval-ms", type=float, required=True)
         asyncio.run(run_node(parser.parse_args()))
         return

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 
@@ -58,6 +60,22 @@ async def all_started(addrs, live, start) -> tuple[TenantGroup, TenantGroup]:
     await wait_until(lambda: leader_of(list(live.values())) is not None, "a leader")
     leader = leader_of(list(live.values()))
     return leader, next(group for group in live.values() if group is not leader)
+
+
+async def wipe_and_compact_past(follower, leader, stop, entries: int = 40) -> str:
+    """Stops `follower` and deletes its data dir, then has the leader commit `entries` entries and
+    compact its log past them, so the wiped member can rejoin only through the leader's snapshot.
+    The follower's address (start it again to rejoin)."""
+    follower_addr, follower_dir = follower.self_addr, follower.data_dir
+    await stop(follower_addr)
+    shutil.rmtree(follower_dir)
+    for i in range(entries):
+        await leader.propose({"op": "set", "key": f"k{i}", "value": i})
+    leader.force_log_compaction()
+    journal = leader._syncobj._SyncObj__raftLog
+    await wait_until(lambda: os.path.exists(leader.full_dump_file) and journal.indexes[0] > 2,
+                     "the leader's log to be compacted")
+    return follower_addr
 
 
 def leader_of(groups) -> TenantGroup | None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 
 import pytest
-from inprocess_groups import all_started, three_members, wait_until
+from inprocess_groups import all_started, three_members, wait_until, wipe_and_compact_past
 
 from queen_raft.raft import RaftSettings
 
@@ -26,15 +25,7 @@ SETTINGS = RaftSettings(log_compaction_min_entries=5)
 async def test_a_wiped_follower_catches_up_from_a_leader_whose_snapshot_file_is_gone(tmp_path, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
         leader, follower = await all_started(addrs, live, start)
-        follower_addr, follower_dir = follower.self_addr, follower.data_dir
-        await stop(follower_addr)
-        shutil.rmtree(follower_dir)  # wiped: it needs the leader's snapshot to rejoin
-        for i in range(40):
-            await leader.propose({"op": "set", "key": f"k{i}", "value": i})
-        leader.force_log_compaction()
-        journal = leader._syncobj._SyncObj__raftLog
-        await wait_until(lambda: os.path.exists(leader.full_dump_file) and journal.indexes[0] > 2,
-                         "the leader's log to be compacted")
+        follower_addr = await wipe_and_compact_past(follower, leader, stop)
         # The members compact once more when the log goes quiet (quiet_compaction.py): let that pass.
         await asyncio.sleep(3.0)
         assert not leader._syncobj._SyncObj__serializer.writing

@@ -13,11 +13,9 @@ import asyncio
 import builtins
 import errno
 import logging
-import os
-import shutil
 
 import pytest
-from inprocess_groups import all_started, three_members, wait_until
+from inprocess_groups import all_started, three_members, wait_until, wipe_and_compact_past
 
 import queen_raft.raft.snapshot_receive as snapshot_receive
 from queen_raft.raft import RaftSettings
@@ -42,15 +40,8 @@ class FullDiskFile:
 async def test_a_follower_that_cannot_store_the_leaders_snapshot_says_so_once(tmp_path, monkeypatch, caplog):
     async with three_members(tmp_path, SETTINGS) as (addrs, live, start, stop):
         leader, follower = await all_started(addrs, live, start)
-        follower_addr, follower_dir = follower.self_addr, follower.data_dir
-        await stop(follower_addr)
-        shutil.rmtree(follower_dir)
-        for i in range(40):
-            await leader.propose({"op": "set", "key": f"k{i}", "value": i})
-        leader.force_log_compaction()
-        journal = leader._syncobj._SyncObj__raftLog
-        await wait_until(lambda: os.path.exists(leader.full_dump_file) and journal.indexes[0] > 2,
-                         "the leader's log to be compacted")
+        follower_dir = follower.data_dir
+        follower_addr = await wipe_and_compact_past(follower, leader, stop)
 
         full = [True]
 
