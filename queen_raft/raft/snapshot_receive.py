@@ -3,22 +3,21 @@ fsynced and verified before the file replaces the local snapshot (snapshot_write
 
 A disk that cannot take the file (full, read-only) fails every transfer, and the leader starts the
 transfer again for as long as this node lags: several times a second for a small state. So a failed
-write is logged when the episode starts, then at most every RECEIVE_ERROR_LOG_INTERVAL_S with the
-count since the last line, and once when a snapshot is installed again.
+write is logged when the episode starts, then at most once a minute with the count since the last
+line (throttled_log.py); an installed snapshot ends the episode.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 
 from queen_raft.raft.snapshot_file import SnapshotDamaged, remove_quietly, verify_snapshot_stream
+from queen_raft.raft.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
 RECEIVING_SUFFIX = ".receiving"
-RECEIVE_ERROR_LOG_INTERVAL_S = 60.0
 
 
 class ReceivesLeaderSnapshots:
@@ -27,8 +26,7 @@ class ReceivesLeaderSnapshots:
     _incoming = None
     snapshots_rejected = 0
     receives_failed = 0  # transfers this node could not write, since it last installed one
-    _receive_failure_logged_at = -float("inf")
-    _receive_failures_logged = 0
+    _receive_failures: ThrottledLog | None = None
 
     def setTransmissionData(self, data) -> bool:
         """True once a whole snapshot was received, verified and renamed into place."""
@@ -61,14 +59,10 @@ class ReceivesLeaderSnapshots:
 
     def _receive_failed(self, receiving_path: str, exc: OSError) -> None:
         self.receives_failed += 1
-        now = time.monotonic()
-        if now - self._receive_failure_logged_at < RECEIVE_ERROR_LOG_INTERVAL_S:
-            return
-        self._receive_failure_logged_at = now
-        log.error("writing a snapshot from the leader to %s failed (%s); the leader sends it again; "
-                  "%d transfers failed since the last report", receiving_path, exc,
-                  self.receives_failed - self._receive_failures_logged)
-        self._receive_failures_logged = self.receives_failed
+        if self._receive_failures is None:
+            self._receive_failures = ThrottledLog(log)
+        self._receive_failures.note(logging.ERROR, "writing a snapshot from the leader to %s failed (%s); the "
+                                    "leader sends it again", receiving_path, exc)
 
     def _install_received(self, receiving_path: str) -> bool:
         try:
@@ -86,8 +80,9 @@ class ReceivesLeaderSnapshots:
         if published:
             # An operator replacing a machine watches for this line: the install, then the log.
             log.info("installed a snapshot from the leader into %s", self._file_name)
-            self.receives_failed = self._receive_failures_logged = 0
-            self._receive_failure_logged_at = -float("inf")
+            self.receives_failed = 0
+            if self._receive_failures is not None:
+                self._receive_failures.end_episode()
         return published
 
     def _close_incoming(self) -> None:

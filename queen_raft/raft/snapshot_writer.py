@@ -235,10 +235,7 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
             if self._turn is not None:
                 self._turn.writer_seconds = time.monotonic() - self._started_at
             return SERIALIZER_STATE.SUCCESS, self._current_id
-        self.writers_failed += 1
-        self.writers_failed_total += 1
-        pause_s = failed_writer_pause_s(self.writers_failed)
-        self.retry_not_before = time.monotonic() + pause_s
+        pause_s = self._pause_next_writer(self.writers_failed + 1)
         log.warning("snapshot writer %d failed (wait status %d); the journal is not compacted; the next writer "
                     "starts in %.0f s at the earliest", pid, status, pause_s)
         remove_quietly(tmp_path)
@@ -250,12 +247,17 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
         not fit): the next writer waits as after a failed one. pysyncobj's log is still over its
         threshold, so it would otherwise start a writer for every entry applied, each for nothing.
         Counted as a failed writer (status, /metrics): the journal is not compacted either way."""
-        self.writers_failed = refusals_in_a_row
-        self.writers_failed_total += 1
-        pause_s = failed_writer_pause_s(refusals_in_a_row)
-        self.retry_not_before = time.monotonic() + pause_s
+        pause_s = self._pause_next_writer(refusals_in_a_row)
         log.warning("the journal %s could not be compacted after its snapshot; the next snapshot writer starts "
                     "in %.0f s at the earliest", self._file_name, pause_s)
+
+    def _pause_next_writer(self, failures_in_a_row: int) -> float:
+        """Counts one more writer that came to nothing and sets when the next may start; the pause."""
+        self.writers_failed = failures_in_a_row
+        self.writers_failed_total += 1
+        pause_s = failed_writer_pause_s(failures_in_a_row)
+        self.retry_not_before = time.monotonic() + pause_s
+        return pause_s
 
     def _retry_rewrite_if_still_damaged(self) -> None:
         """A writer that failed while the file in place is one found damaged (a rewrite that met a

@@ -28,13 +28,11 @@ catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_rec
 from __future__ import annotations
 
 import logging
-import time
 
 from queen_raft.raft.follower_poll import FollowerPollSyncObj
+from queen_raft.raft.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
-
-LOG_EVERY_S = 60.0
 
 
 class TermNotStored(Exception):
@@ -47,8 +45,7 @@ class StoredTermSyncObj(FollowerPollSyncObj):
     def __init__(self, *args, **kwargs):
         # Before super().__init__(): the tick thread may run before __init__ returns.
         self.terms_not_stored = 0  # stores of a term or vote that failed, since this node started
-        self._term_failure_logged_at: float | None = None
-        self._term_failures_unlogged = 0
+        self._term_failures = ThrottledLog(log)
         super().__init__(*args, **kwargs)
 
     def _SyncObj__setCurrentTerm(self, term, votedForNodeId):
@@ -73,11 +70,6 @@ class StoredTermSyncObj(FollowerPollSyncObj):
 
     def _note_term_not_stored(self, exc: TermNotStored) -> None:
         self.terms_not_stored += 1
-        now = time.monotonic()
-        if self._term_failure_logged_at is not None and now - self._term_failure_logged_at < LOG_EVERY_S:
-            self._term_failures_unlogged += 1
-            return
-        more = f" ({self._term_failures_unlogged} more since the last line)" if self._term_failures_unlogged else ""
-        log.error("cannot store the Raft term or vote (%s)%s: this member takes no newer term, vote or "
-                  "leader until it can; check the data dir's permissions and disk", exc, more)
-        self._term_failure_logged_at, self._term_failures_unlogged = now, 0
+        self._term_failures.note(logging.ERROR, "cannot store the Raft term or vote (%s): this member takes no "
+                                 "newer term, vote or leader until it can; check the data dir's permissions and "
+                                 "disk", exc)
