@@ -61,6 +61,9 @@ MAX_WAIT_S = 60.0
 # restart of a large state (at ten million timers half a snapshot is about 100 MiB of schedules,
 # seconds of replay) while a pop + ack load next to a state of tens of MiB still waits for half.
 LOG_WORTH_A_SNAPSHOT_BYTES = 64 * 1024 * 1024
+# CompactionTurn._answer: start now; decline (nothing changes); decline and start the wait for the
+# turn; the wait ran out, start now.
+_START, _DECLINE, _BEGIN_WAIT, _WAIT_OVER = "start", "decline", "begin wait", "wait over"
 # The gap between two members' writers when the log is quiet: this member's last writer's duration
 # times WRITER_MARGIN (the members hold the same state, so theirs take about as long), at least
 # MIN_STAGGER_S; DEFAULT_STAGGER_S before this process has run a writer.
@@ -148,21 +151,34 @@ class CompactionTurn:
             return True  # no snapshot yet (or none readable): the repair path owns a damaged one
         return log_bytes >= self.log_to_snapshot_ratio * snapshot_bytes
 
+    def declines_without_change(self, applied_index: int) -> bool:
+        """Whether may_start(applied_index) would answer False now without changing anything:
+        the log not worth a snapshot yet, or a wait for the turn already started and not run out."""
+        return self._answer(applied_index) == _DECLINE
+
     def may_start(self, applied_index: int) -> bool:
         """Whether a snapshot at this applied index may start now (called on each refusal's retry)."""
-        if not self._forced and not self.log_worth_a_snapshot():
-            return False
-        if self._forced or self.members == 1 or (applied_index // self.turn_entries) % self.members == self.rank:
+        answer = self._answer(applied_index)
+        if answer == _START:
             self._waiting_since, self._forced = None, False
             return True
-        now = self.clock()
-        if self._waiting_since is None:
-            self._waiting_since = now
-            return False
-        if now - self._waiting_since >= self.max_wait_s:
+        if answer == _BEGIN_WAIT:
+            self._waiting_since = self.clock()
+        elif answer == _WAIT_OVER:
             self._waiting_since = None
             return True
         return False
+
+    def _answer(self, applied_index: int) -> str:
+        if not self._forced and not self.log_worth_a_snapshot():
+            return _DECLINE
+        if self._forced or self.members == 1 or (applied_index // self.turn_entries) % self.members == self.rank:
+            return _START
+        if self._waiting_since is None:
+            return _BEGIN_WAIT
+        if self.clock() - self._waiting_since >= self.max_wait_s:
+            return _WAIT_OVER
+        return _DECLINE
 
 
 def register_turn(full_dump_file: str, turn: CompactionTurn) -> None:

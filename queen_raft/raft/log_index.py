@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pysyncobj import SyncObj
 
-from queen_raft.raft.snapshot_guard import SnapshotGuardedSyncObj
+from queen_raft.raft.compaction_gate import CompactionGateSyncObj
 
 
 def _positions(log) -> tuple[list, list] | tuple[None, None]:
@@ -32,7 +32,7 @@ def _positions(log) -> tuple[list, list] | tuple[None, None]:
     return indexes, log.terms
 
 
-class IndexedLogSyncObj(SnapshotGuardedSyncObj):
+class IndexedLogSyncObj(CompactionGateSyncObj):
     def _SyncObj__getCurrentLogIndex(self):
         indexes, _ = _positions(self._SyncObj__raftLog)
         if indexes is None:

@@ -212,6 +212,19 @@ class SnapshotSerializer(ReceivesLeaderSnapshots):
             _run_writer(tmp_path, data, parent_pid, self._delay_s)
         self._pid, self._tmp_path, self._current_id, self._started_at = pid, tmp_path, id, started_at
 
+    def declines_now(self, id) -> bool:
+        """Whether serialize(..., id) would start no writer now and change nothing but its count:
+        False while a writer runs (pysyncobj must still collect it), for a writer asked for
+        explicitly, and when the turn would start or end its wait (compaction_gate.py)."""
+        if self._pid != 0:
+            return False
+        turn = self._turn
+        if turn is not None and turn.forced:
+            return False
+        if time.monotonic() < self.retry_not_before:
+            return True
+        return turn is not None and turn.declines_without_change(id)
+
     @property
     def writing(self) -> bool:
         """Whether a writer of this node runs (forked, not yet reaped)."""

@@ -264,6 +264,17 @@ def test_syncobj_snapshot_path_we_rely_on():
 
 
 
+def test_syncobj_compaction_gate_we_mirror():
+    # compaction_gate.py declines before stock prepares a writer's data, only past stock's own gate,
+    # and hands the serializer's check the index stock hands serialize().
+    compaction = source(SyncObj._SyncObj__tryLogCompaction)
+    assert "if len(self.__raftLog) <= self.__conf.logCompactionMinEntries and \\\n" in compaction
+    assert "currTime - self.__lastSerializedTime <= self.__conf.logCompactionMinTime and \\\n" in compaction
+    assert "lastAppliedEntries = self.__getEntries(self.__raftLastApplied - 1, 2)" in compaction
+    assert "cluster), lastAppliedEntries[0][1])" in compaction
+    assert compaction.index("checkSerializing()") < compaction.index("self.__forceLogCompaction = False")
+
+
 def test_syncobj_compaction_skip_the_snapshot_repair_clears():
     # snapshot_repair.py forgets the last serialized index so that a compaction at the same index
     # writes a new file: pysyncobj skips one whose index equals __lastSerializedEntry.
