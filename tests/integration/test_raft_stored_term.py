@@ -55,7 +55,7 @@ async def test_a_member_that_cannot_store_a_new_term_neither_follows_nor_acknowl
 
         assert broken.status()["term"] == term_at_fault == stored_term(broken)
         assert broken.peek_local(lambda state: state.values.get("after")) is None
-        assert broken._syncobj.terms_not_stored > 0
+        assert broken.status()["termStore"]["failing"] and broken.status()["termStore"]["failed"] > 0
 
         monkeypatch.undo()
         await wait_until(lambda: broken.peek_local(lambda state: state.values.get("after")) == 3,
