@@ -9,6 +9,14 @@ no leader; 503 "unhealthy" when a group has a problem, named in its `problem`:
   whose apply keeps failing). A node catching up moves its applied index, so it is not flagged;
 - `disk_full`: its journal cannot write (full disk or a failed flush): it refuses writes with 503
   `disk_full` and still serves reads.
+- `term_not_stored`: its last store of a Raft term or vote failed while the journal writes
+  (raft/stored_term.py): it takes no newer term, so it neither votes nor follows the group's
+  leader (though its `leader` may name that leader) and its calls time out. Cleared by the first
+  store that succeeds.
+Each is 503 "unhealthy" alike, the problems that still serve something included: a load balancer
+should send the node nothing while any of its groups has one. A data dir that takes no writes at
+all fails both the journal and the term store: it is named `disk_full`, whose fix (a writable data
+dir) clears both.
 Each group also names how this node's link to each peer is framed (`peerLinks`, raft/peer_links.py):
 what an operator checks during a rolling upgrade; it does not change the verdict.
 A load balancer that polls /health so sends nobody to a node that would answer from a stale state.
@@ -35,7 +43,8 @@ APPLY_STALL_S = 10.0
 STATE_NOT_LOADED = "state_not_loaded"
 NOT_APPLYING = "not_applying"
 DISK_FULL = "disk_full"
-PROBLEMS = (STATE_NOT_LOADED, NOT_APPLYING, DISK_FULL)
+TERM_NOT_STORED = "term_not_stored"
+PROBLEMS = (STATE_NOT_LOADED, NOT_APPLYING, DISK_FULL, TERM_NOT_STORED)
 
 
 class ApplyWatch:
@@ -69,6 +78,8 @@ def group_problem(tenant: str, status: dict, watch: ApplyWatch) -> str | None:
         return NOT_APPLYING
     if status.get("diskFull"):
         return DISK_FULL
+    if (status.get("termStore") or {}).get("failing"):
+        return TERM_NOT_STORED
     return None
 
 

@@ -72,12 +72,7 @@ class ReplicatedStateCollector(Collector):
         aead_frames = CounterMetricFamily("queen_raft_peer_aead_frames", "AEAD peer frames over this node's current "
                                           "link to the peer, by direction; from 0 when the link reconnects",
                                           labels=["tenant", "peer", "direction"])
-        writers_failed = CounterMetricFamily("queen_raft_snapshot_writers_failed", "Snapshot writers of the "
-                                             "tenant's group that failed on this node since it started",
-                                             labels=["tenant"])
-        writers_failing = GaugeMetricFamily("queen_raft_snapshot_writers_failing", "Snapshot writers that failed "
-                                            "in a row on this node (0 after one succeeds): while above 0 the "
-                                            "journal is not compacted and grows", labels=["tenant"])
+        disk_faults = DiskFaultFamilies()
         for tenant, group in self._groups_source().items():
             try:
                 counters, dlq_rows = group.peek_local(
@@ -100,12 +95,42 @@ class ReplicatedStateCollector(Collector):
             if status.get("journalFlush"):
                 add_histogram(flush, tenant, status["journalFlush"])
             add_peer_links(links, aead_frames, tenant, status.get("peerLinks") or {})
-            writers = status.get("snapshotWriters")
-            if writers:
-                writers_failed.add_metric([tenant], writers["failed"])
-                writers_failing.add_metric([tenant], writers["failing"])
+            disk_faults.add(tenant, status)
         return [pending, fired, pushed, billed, is_leader, term, commit_index, dlq, quota, flush, links, aead_frames,
-                writers_failed, writers_failing]
+                *disk_faults.families()]
+
+
+class DiskFaultFamilies:
+    """The disk faults a group's status names on this node that its Raft view does not show: snapshot
+    writers that fail (the journal grows) and term stores that fail (the member is out of the group)."""
+
+    def __init__(self) -> None:
+        self.writers_failed = CounterMetricFamily(
+            "queen_raft_snapshot_writers_failed", "Snapshot writers of the tenant's group that failed on this node "
+            "since it started", labels=["tenant"])
+        self.writers_failing = GaugeMetricFamily(
+            "queen_raft_snapshot_writers_failing", "Snapshot writers that failed in a row on this node (0 after one "
+            "succeeds): while above 0 the journal is not compacted and grows", labels=["tenant"])
+        self.term_stores_failed = CounterMetricFamily(
+            "queen_raft_term_stores_failed", "Stores of a Raft term or vote of the tenant's group that failed on "
+            "this node since it started", labels=["tenant"])
+        self.term_store_failing = GaugeMetricFamily(
+            "queen_raft_term_store_failing", "1 while this node's last store of a Raft term or vote failed (0 once "
+            "one succeeds): it takes no newer term, so it neither votes nor follows the group's leader",
+            labels=["tenant"])
+
+    def add(self, tenant: str, status: Mapping) -> None:
+        writers = status.get("snapshotWriters")
+        if writers:
+            self.writers_failed.add_metric([tenant], writers["failed"])
+            self.writers_failing.add_metric([tenant], writers["failing"])
+        term_store = status.get("termStore")
+        if term_store:
+            self.term_stores_failed.add_metric([tenant], term_store["failed"])
+            self.term_store_failing.add_metric([tenant], 1 if term_store["failing"] else 0)
+
+    def families(self) -> list[Metric]:
+        return [self.writers_failed, self.writers_failing, self.term_stores_failed, self.term_store_failing]
 
 
 def add_peer_links(links: GaugeMetricFamily, aead_frames: CounterMetricFamily, tenant: str,

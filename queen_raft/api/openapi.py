@@ -157,7 +157,8 @@ def _paths() -> dict:
     group_status = obj({"role": NULL_STR, "leader": NULL_STR, "term": NULL_INT, "commitIndex": NULL_INT,
                         "appliedIndex": NULL_INT, "problem": {"enum": [None, *HEALTH_PROBLEMS], "description": (
                             "why the group is unhealthy on this node: state_not_loaded, not_applying (applied "
-                            "index stuck behind the commit index), disk_full (refuses writes, serves reads)")},
+                            "index stuck behind the commit index), disk_full (refuses writes, serves reads), "
+                            "term_not_stored (cannot store a new Raft term or vote: follows no newer leader)")},
                         "peerLinks": {"type": "object", "additionalProperties": {"enum": list(PEER_LINK_FRAMES)},
                                       "description": "Raft address of each peer: how this node's link to it is framed "
                                                      "(aead, fernet, plain, or none while there is no link)"}})

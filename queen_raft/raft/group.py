@@ -160,6 +160,7 @@ class TenantGroup:
                 getattr(so._SyncObj__raftLog, "flush_times", None)),
             "peerLinks": peer_links(self._transport, self.peer_addrs),
             "snapshotWriters": snapshot_writer_counters(so._SyncObj__serializer),
+            "termStore": so.term_store_faults.status(),
         }
 
     def _proposal_counters(self) -> dict:

@@ -32,6 +32,9 @@ class GroupStatus(TypedDict):
     journalFlush: dict | None  # fdatasync times (raft/flush_times.py); None for a journal that never flushes
     peerLinks: dict  # Raft address of each peer -> its link's frame and AEAD frame counts (peer_links.py)
     snapshotWriters: dict  # published, failed (since start), failing (in a row, 0 after a success)
+    # Term and vote stores (stored_term.py): failed (since start), failing (the last one failed: this
+    # member takes no newer term, vote or leader), failingSinceMs (unix ms) and lastError while failing
+    termStore: dict
 
 
 class GroupApi(Protocol):

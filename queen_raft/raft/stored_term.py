@@ -19,7 +19,10 @@ group goes on with the other members when they are a majority. Once the store su
 next message of the newer term is taken as usual and the member catches up.
 
 The failure is logged when it starts and at most once a minute after (with how many stores
-failed), not as a traceback per message: a leader's heartbeats arrive twenty times a second.
+failed), not as a traceback per message: a leader's heartbeats arrive twenty times a second. An
+operator also reads it without the log: TermStoreFaults is what GroupStatus.termStore, /health's
+`term_not_stored` and the queen_raft_term_store_* meters show, set by a failed store and cleared
+by the first store that succeeds.
 
 Overrides SyncObj._SyncObj__setCurrentTerm, and wraps _SyncObj__onMessageReceived and _onTick to
 catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins them.
@@ -28,6 +31,8 @@ catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_rec
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from queen_raft.raft.follower_poll import FollowerPollSyncObj
 from queen_raft.raft.throttled_log import ThrottledLog
@@ -39,13 +44,46 @@ class TermNotStored(Exception):
     """The meta store of a new term or vote failed: nothing of it was taken."""
 
 
+class TermStoreFaults:
+    """This member's failed term and vote stores, as an operator reads them: how many failed since
+    the node started, and whether the last one failed (since when, and why). Noted on the tick
+    thread, read by status() on the event loop: the episode is one attribute swapped whole, so a
+    reader never sees the time of one failure with the error of another."""
+
+    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+        self._wall_clock = wall_clock
+        self.failed = 0  # since this node started
+        self._episode: tuple[int, str] | None = None  # (unix ms of its first failure, the last error)
+        self._log = ThrottledLog(log)
+
+    def note_failure(self, exc: TermNotStored) -> None:
+        self.failed += 1
+        since_ms = self._episode[0] if self._episode is not None else int(self._wall_clock() * 1000)
+        self._episode = (since_ms, str(exc))
+        self._log.note(logging.ERROR, "cannot store the Raft term or vote (%s): this member takes no newer term, "
+                       "vote or leader until it can; check the data dir's permissions and disk", exc)
+
+    def note_stored(self, term: int) -> None:
+        if self._episode is None:
+            return
+        self._episode = None
+        self._log.end_episode()
+        log.warning("the Raft term and vote are stored again (term %d): this member takes newer terms again", term)
+
+    def status(self) -> dict:
+        """GroupStatus.termStore: failing while the last store failed, cleared by the next that succeeds."""
+        episode = self._episode
+        return {"failed": self.failed, "failing": episode is not None,
+                "failingSinceMs": episode[0] if episode is not None else None,
+                "lastError": episode[1] if episode is not None else None}
+
+
 class StoredTermSyncObj(FollowerPollSyncObj):
     """FollowerPollSyncObj that takes a term or a vote only once it is stored (see the module docstring)."""
 
     def __init__(self, *args, **kwargs):
         # Before super().__init__(): the tick thread may run before __init__ returns.
-        self.terms_not_stored = 0  # stores of a term or vote that failed, since this node started
-        self._term_failures = ThrottledLog(log)
+        self.term_store_faults = TermStoreFaults()
         super().__init__(*args, **kwargs)
 
     def _SyncObj__setCurrentTerm(self, term, votedForNodeId):
@@ -53,6 +91,7 @@ class StoredTermSyncObj(FollowerPollSyncObj):
             self._SyncObj__raftLog.setCurrentTerm(term, votedForNodeId)
         except OSError as exc:
             raise TermNotStored(f"term {term}, vote {votedForNodeId}: {exc}") from exc
+        self.term_store_faults.note_stored(term)
         self._SyncObj__raftCurrentTerm = term
         self._SyncObj__votedForNodeId = votedForNodeId
 
@@ -60,16 +99,10 @@ class StoredTermSyncObj(FollowerPollSyncObj):
         try:
             return super()._SyncObj__onMessageReceived(node, message)
         except TermNotStored as exc:
-            self._note_term_not_stored(exc)
+            self.term_store_faults.note_failure(exc)
 
     def _onTick(self, timeToWait=0.0):
         try:
             super()._onTick(timeToWait)
         except TermNotStored as exc:  # an election this member could not start
-            self._note_term_not_stored(exc)
-
-    def _note_term_not_stored(self, exc: TermNotStored) -> None:
-        self.terms_not_stored += 1
-        self._term_failures.note(logging.ERROR, "cannot store the Raft term or vote (%s): this member takes no "
-                                 "newer term, vote or leader until it can; check the data dir's permissions and "
-                                 "disk", exc)
+            self.term_store_faults.note_failure(exc)

@@ -1,5 +1,6 @@
 """/health says unhealthy, with the problem, for a group that does not apply what it commits, that
-could not load its state, or whose journal cannot write; never "healthy" with a stale state."""
+could not load its state, whose journal cannot write, or that cannot store a new Raft term; never
+"healthy" with a stale state."""
 
 from __future__ import annotations
 
@@ -72,3 +73,26 @@ async def test_a_full_disk_is_unhealthy_with_its_reason():
         set_status(api, "acme", diskFull=True)
         status, body = await health(api)
         assert status == 503 and body["status"] == "unhealthy" and body["groups"]["acme"]["problem"] == "disk_full"
+
+
+TERM_NOT_STORED = {"failed": 3, "failing": True, "failingSinceMs": 1_700_000_000_000,
+                   "lastError": "term 7, vote None: [Errno 13] Permission denied"}
+
+
+async def test_a_term_that_cannot_be_stored_is_unhealthy_on_that_group_alone_until_a_store_succeeds():
+    async with ApiHarness() as api:
+        set_status(api, "acme", termStore=TERM_NOT_STORED)
+        status, body = await health(api)
+        assert status == 503 and body["status"] == "unhealthy"
+        assert body["groups"]["acme"]["problem"] == "term_not_stored" and body["groups"]["globex"]["problem"] is None
+        set_status(api, "acme", termStore={**TERM_NOT_STORED, "failing": False, "failingSinceMs": None,
+                                           "lastError": None})
+        status, body = await health(api)
+        assert status == 200 and body["status"] == "healthy" and body["groups"]["acme"]["problem"] is None
+
+
+async def test_a_data_dir_that_takes_no_writes_at_all_is_named_by_its_journal():
+    async with ApiHarness() as api:
+        set_status(api, "acme", diskFull=True, termStore=TERM_NOT_STORED)
+        status, body = await health(api)
+        assert status == 503 and body["groups"]["acme"]["problem"] == "disk_full"
