@@ -44,8 +44,9 @@ from queen_raft.raft.settings import MAX_HANDSHAKE_FRAME_BYTES, MAX_PEER_FRAME_B
 WIRE_ZLIB_LEVEL = 0
 # Protocol 4 pickles bytes as bytes (protocol 2 makes a 1 MiB argument a 1.5 MiB latin-1 str).
 WIRE_PICKLE_PROTOCOL = 4
-# At most this much per recv: under glibc's mmap threshold (128 KiB), so a recv buffer comes
-# from the heap without a system call; a larger frame takes several recvs of one read event.
+# What a recv asks for when no frame is under way (or what one lacks is less): under glibc's mmap
+# threshold (128 KiB), so the usual message's buffer comes from the heap without a system call. A
+# frame under way asks for what it lacks, up to the socket buffer (__processRead).
 READ_CHUNK_BYTES = 64 * 1024
 _FRAME_HEADER = struct.Struct("i")  # pysyncobj's frame: native-endian signed length
 # A Fernet token is URL-safe base64 of version (1 byte) | timestamp (8, big-endian) | IV | ...;
@@ -227,8 +228,8 @@ class FastTcpConnection(TcpConnection):
         super()._TcpConnection__tryReadBuffer()
 
     def _TcpConnection__processRead(self):
-        """Stock's read (recv, SO_ERROR, EOF: disconnect), in chunks of at most READ_CHUNK_BYTES,
-        ending the read event's loop at a short recv.
+        """Stock's read (recv, SO_ERROR, EOF: disconnect), asking READ_CHUNK_BYTES or what the frame
+        under way lacks, and ending the read event's loop at a short recv.
 
         The stock loop recvs recvBufferSize (the 4 MiB socket buffer) until EAGAIN: each read event
         allocated 4 MiB twice and raised and caught an exception in its last recv, for a message of
@@ -243,7 +244,14 @@ class FastTcpConnection(TcpConnection):
             # so what is left in the socket is reported again).
             return False
         sock = self._TcpConnection__socket
-        chunk = min(self._TcpConnection__recvBufferSize, READ_CHUNK_BYTES)
+        chunk = READ_CHUNK_BYTES
+        if len(read_buffer) >= _FRAME_HEADER.size:
+            # A frame under way asks for all it still lacks at once: a drain's tick entry of a few
+            # MiB in 64 KiB recvs costs dozens of recvs and polls, each a pass of the tick loop.
+            # Never past this link's frame cap: a header over it is refused once read.
+            length = min(_FRAME_HEADER.unpack_from(read_buffer, 0)[0], self.frame_limit())
+            chunk = max(chunk, length + _FRAME_HEADER.size - len(read_buffer))
+        chunk = min(chunk, self._TcpConnection__recvBufferSize)
         try:
             incoming = sock.recv(chunk)
         except socket.error as e:

@@ -126,14 +126,14 @@ def test_a_frame_older_than_the_last_is_dropped(pair):
 
 def test_a_read_event_stops_at_a_short_recv_and_the_rest_comes_at_the_next_poll(pair, monkeypatch):
     """One recv per read event when it returns less than asked (the stock loop recvs again until
-    EAGAIN), of at most READ_CHUNK_BYTES however large the socket buffer; bytes that arrive after
-    it are read at the next poll, and nothing is lost."""
+    EAGAIN), of READ_CHUNK_BYTES while no frame is under way, then of what the frame under way lacks;
+    bytes that arrive after it are read at the next poll, and nothing is lost."""
     poller, sender, receiver, received = pair
     receiver._TcpConnection__recvBufferSize = 4 * 1024 * 1024  # the group's socket buffers
     receiver.peer_proven = True
     receiver.encryptor = None  # plain frames: this test is about the reads, not the frames
     sock = receiver._TcpConnection__socket
-    recvs = []
+    recvs, got = [], []  # what each recv asked for, and what it returned
     real_recv = sock.recv
 
     class CountingSocket:
@@ -142,7 +142,9 @@ def test_a_read_event_stops_at_a_short_recv_and_the_rest_comes_at_the_next_poll(
 
         def recv(self, size):
             recvs.append(size)  # every call, also one that finds nothing and raises EAGAIN
-            return real_recv(size)
+            incoming = real_recv(size)
+            got.append(len(incoming))
+            return incoming
 
     monkeypatch.setattr(receiver, "_TcpConnection__socket", CountingSocket())
 
@@ -164,4 +166,51 @@ def test_a_read_event_stops_at_a_short_recv_and_the_rest_comes_at_the_next_poll(
     pump(poller, receiver, lambda: len(received) == 4)
     feeder.join(10)
     assert received[3] == big and receiver.state == CONNECTION_STATE.CONNECTED
-    assert set(recvs) == {READ_CHUNK_BYTES}
+    assert recvs[:3] == [READ_CHUNK_BYTES] * 3
+    frame_bytes, read = len(plain(big)), got[2]  # the big frame's first recv took its header
+    for asked, returned in zip(recvs[3:], got[3:]):
+        assert asked == frame_bytes - read  # the rest of the frame, in one recv when it is there
+        read += returned
+    assert read == frame_bytes
+
+
+def counted_recvs(receiver, monkeypatch) -> list:
+    """What each recv of the receiver asks for, from now on."""
+    sizes = []
+    sock = receiver._TcpConnection__socket
+    real_recv = sock.recv
+
+    class CountingSocket:
+        def __getattr__(self, name):
+            return getattr(sock, name)
+
+        def recv(self, size):
+            sizes.append(size)
+            return real_recv(size)
+
+    monkeypatch.setattr(receiver, "_TcpConnection__socket", CountingSocket())
+    return sizes
+
+
+def test_an_unproven_frame_under_way_asks_no_more_than_the_handshake_cap(pair, monkeypatch):
+    poller, sender, receiver, received = pair  # a password, no frame decrypted yet
+    sizes = counted_recvs(receiver, monkeypatch)
+    sender.sendall(struct.pack("i", 2**31 - 1) + b"x" * 100)  # refused once read
+    pump(poller, receiver, lambda: False)
+    assert receiver.state == CONNECTION_STATE.DISCONNECTED
+    assert max(sizes) <= max(READ_CHUNK_BYTES, MAX_HANDSHAKE_FRAME_BYTES + 4)
+
+
+def test_a_frame_under_way_asks_at_most_the_socket_buffer(pair, monkeypatch):
+    poller, sender, receiver, received = pair
+    receiver._TcpConnection__recvBufferSize = 128 * 1024
+    receiver.peer_proven, receiver.encryptor = True, None
+    sizes = counted_recvs(receiver, monkeypatch)
+    body = zlib.compress(pickle.dumps(os.urandom(1024 * 1024), protocol=4))
+    sender.setblocking(True)
+    sender.settimeout(10)
+    feeder = threading.Thread(target=sender.sendall, args=(struct.pack("i", len(body)) + body,))
+    feeder.start()
+    pump(poller, receiver, lambda: len(received) == 1)
+    feeder.join(10)
+    assert len(received) == 1 and max(sizes) == 128 * 1024
