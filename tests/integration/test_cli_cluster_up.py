@@ -4,6 +4,7 @@ node to answer /health with its own id and cluster name."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -17,6 +18,8 @@ from cluster_fixture import REPO, TENANTS, NodeCluster
 pytestmark = pytest.mark.integration
 
 LAUNCH_TIMEOUT_S = 60
+# Configs tried before a test gives up finding a port it can hold (see hold_a_node_port).
+HOLD_ATTEMPTS = 5
 
 
 def cluster_up(config: Path) -> subprocess.CompletedProcess[str]:
@@ -30,13 +33,32 @@ def config_for(tmp_path: Path) -> NodeCluster:
     return cluster
 
 
+def hold_a_node_port(tmp_path: Path, which: str) -> tuple[NodeCluster, socket.socket, int]:
+    """A one-node config and a listening socket on one of its ports. The config's ports were free
+    when it was written; another process may take one before we bind it, so a port found taken
+    meanwhile is given up for a new config."""
+    for attempt in range(HOLD_ATTEMPTS):
+        directory = tmp_path / f"attempt-{attempt}"
+        directory.mkdir()
+        cluster = config_for(directory)
+        port = cluster.http_ports["n1"] if which == "http" else cluster.raft_ports["n1"] + len(TENANTS) - 1
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", port))
+        except OSError as exc:
+            holder.close()
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            continue
+        holder.listen()
+        return cluster, holder, port
+    pytest.fail(f"every port picked in {HOLD_ATTEMPTS} configs was taken before it could be held")
+
+
 @pytest.mark.parametrize("which", ["http", "raft"])
 def test_a_taken_port_refuses_the_start_and_names_the_port_and_its_holder(tmp_path, which):
-    cluster = config_for(tmp_path)
-    port = cluster.http_ports["n1"] if which == "http" else cluster.raft_ports["n1"] + len(TENANTS) - 1
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", port))
-        holder.listen()
+    cluster, holder, port = hold_a_node_port(tmp_path, which)
+    with holder:
         run = cluster_up(cluster.config_path)
     assert run.returncode == 2  # a refusal before anything starts, like the node commands'
     assert "is up" not in run.stdout
