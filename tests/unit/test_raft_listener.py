@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import resource
+import select
 import socket
 
 import pytest
@@ -170,3 +171,36 @@ def test_a_port_that_cannot_be_bound_is_logged_first_then_every_interval_and_whe
     finally:
         holder.close()
         server.unbind()
+
+
+def connected_without_accept(port: int, count: int, wait_s: float) -> int:
+    """How many of `count` non-blocking connects complete within wait_s while nobody accepts."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            sockets.append(sock)
+        poller = select.poll()
+        for sock in sockets:
+            poller.register(sock, select.POLLOUT)
+        done: set[int] = set()
+        deadline = monotonic_time() + wait_s
+        while len(done) < count and monotonic_time() < deadline:
+            for fd, _ in poller.poll(50):
+                poller.unregister(fd)
+                done.add(fd)
+        return sum(1 for sock in sockets if sock.fileno() in done
+                   and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.mark.parametrize("server_class,completes", [(TcpServer, False), (ResilientTcpServer, True)])
+def test_a_burst_of_connections_completes_while_the_listener_has_not_accepted_them(listening, server_class, completes):
+    # Stock listens with a backlog of 5: the rest of a burst waits for SYN retries (1 s, 2 s, ...).
+    _, _, _, port = listening(server_class)
+    burst = 64
+    assert (connected_without_accept(port, burst, wait_s=0.5) == burst) is completes
