@@ -8,10 +8,13 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 from cluster_fixture import pick_port_runs
+from prometheus_client.parser import text_string_to_metric_families
 from raft_test_state import TimerLogState
 
+from queen_raft.api.metrics import ApiMetrics
 from queen_raft.raft import RaftSettings, TenantGroup
 
 
@@ -90,3 +93,13 @@ def slow_restore(seconds: float):
         time.sleep(seconds)
         return TimerLogState.restore(data)
     return restore
+
+
+def scraped_series(group, tenant: str, prefix: str) -> dict[str, float]:
+    """The samples whose names start with prefix in /metrics for this group alone (its real
+    status; the test state has no timer counters for the collector's other families)."""
+    scraped = SimpleNamespace(peek_local=lambda fn: ({}, 0), status=group.status)
+    text = ApiMetrics(groups_source=lambda: {tenant: scraped}).exposition().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name.startswith(prefix) and not sample.name.endswith("_created")}

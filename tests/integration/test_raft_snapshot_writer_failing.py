@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from types import SimpleNamespace
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from queen_raft.api.metrics import ApiMetrics
 from queen_raft.raft import RaftSettings, TenantGroup
 from queen_raft.raft import snapshot_writer
 from cluster_fixture import pick_port_runs
+from inprocess_groups import scraped_series
 from raft_test_state import TimerLogState
 
 pytestmark = pytest.mark.integration
@@ -41,12 +39,7 @@ def writers(group: TenantGroup) -> dict:
 
 
 def scraped_writer_series(group: TenantGroup) -> dict[str, float]:
-    # The group's real status; the test state has no timer counters for the collector's other families.
-    scraped = SimpleNamespace(peek_local=lambda fn: ({}, 0), status=group.status)
-    text = ApiMetrics(groups_source=lambda: {"acme": scraped}).exposition().decode()
-    return {sample.name: sample.value for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name.startswith("queen_raft_snapshot_writers") and not sample.name.endswith("_created")}
+    return scraped_series(group, "acme", "queen_raft_snapshot_writers")
 
 
 async def test_failing_writers_pause_between_tries_show_in_status_and_metrics_and_recover(tmp_path, monkeypatch):

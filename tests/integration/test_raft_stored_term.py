@@ -17,11 +17,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from inprocess_groups import all_started, leader_of, three_members, wait_until
-from prometheus_client.parser import text_string_to_metric_families
+from inprocess_groups import all_started, leader_of, scraped_series, three_members, wait_until
 
 from queen_raft.api.health import ApplyWatch, health_body
-from queen_raft.api.metrics import ApiMetrics
 from queen_raft.raft import GroupUnavailable, RaftSettings
 from queen_raft.raft.journal_storage import load_meta
 
@@ -42,12 +40,7 @@ def health_problem(group) -> str | None:
 
 
 def scraped_term_store_series(group) -> dict[str, float]:
-    # The group's real status; the test state has no timer counters for the collector's other families.
-    scraped = SimpleNamespace(peek_local=lambda fn: ({}, 0), status=group.status)
-    text = ApiMetrics(groups_source=lambda: {"t": scraped}).exposition().decode()
-    return {sample.name: sample.value for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name.startswith("queen_raft_term_store") and not sample.name.endswith("_created")}
+    return scraped_series(group, "t", "queen_raft_term_store")
 
 
 async def test_a_member_that_cannot_store_a_new_term_neither_follows_nor_acknowledges_in_it(tmp_path, monkeypatch):
