@@ -9,15 +9,15 @@ it once per pysyncobj tick, before a follower's acknowledgements leave and befor
 commit scan counts its own log (see transport.GroupCommitTransport). Term and vote are fsynced
 before the vote leaves (pysyncobj stores them synchronously; we add the fsync).
 
-Memory: stock FileJournal also keeps every command of the log in a Python list, a second
-copy of the file, until compaction; and the pages of the mmap it writes stay in the process's resident
-set: together about half of the memory budget of a pending timer on each node (docs/performance.md).
-CompactionGuardedJournal
-keeps only each record's offset, index and term (24 B per entry) and reads a command back from the
-mmap when pysyncobj asks for it; and it drops from this process's page tables the pages more than
-RESIDENT_TAIL_BYTES behind what is written (and, in group mode, flushed). Those pages stay in the page
-cache (a shared file mapping: MADV_DONTNEED only unmaps them, and a later read maps the same cached
-page again), so nothing a kill -9 could lose changes.
+Memory: stock FileJournal also keeps every command of the log in a Python list, a second copy of
+the file, until compaction; and the pages of the mmap it writes stay in the process's resident set:
+together about half of the memory budget of a pending timer on each node (docs/performance.md).
+CompactionGuardedJournal keeps only each record's offset, index and term (24 B per entry) and reads
+a command back from the mmap when pysyncobj asks for it (the first entry once: journal_first_entry.py);
+and it drops from this process's page tables the pages more than RESIDENT_TAIL_BYTES behind what is
+written (and, in group mode, flushed). Those pages stay in the page cache (a shared file mapping:
+MADV_DONTNEED only unmaps them, and a later read maps the same cached page again), so nothing a kill
+-9 could lose changes.
 
 Damage and full disks: every record carries a CRC-32, checked at load and whenever an entry is read
 back to apply or replicate; a load that finds damage refuses to start (journal_format.py,
@@ -51,6 +51,7 @@ from queen_raft.raft.journal_format import (
     record_problem,
     scan_records,
 )
+from queen_raft.raft.journal_first_entry import FirstEntryMemo
 from queen_raft.raft.journal_slice import JournalSlice
 from queen_raft.raft.journal_spill import SpillOnFullDisk
 from queen_raft.raft.journal_storage import CheckedMetaStorer, PreallocatedFile, is_disk_write_error, write_journal_file
@@ -101,7 +102,7 @@ class DurableMetaStorer(CheckedMetaStorer):
         fsync_directory_of(path)
 
 
-class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
+class CompactionGuardedJournal(FirstEntryMemo, SpillOnFullDisk, FileJournal):
     """FileJournal whose compaction can neither cut past the end nor lose the tail on a crash.
 
     - Past the end: seen once under a follower burst with compaction running, a snapshot install
@@ -196,7 +197,8 @@ class CompactionGuardedJournal(SpillOnFullDisk, FileJournal):
     def __getitem__(self, item):
         if isinstance(item, slice):
             return JournalSlice(self, range(len(self._offsets))[item])
-        return self.entry_at(range(len(self._offsets))[item])  # negative positions, IndexError
+        position = range(len(self._offsets))[item]  # negative positions, IndexError
+        return self.first_entry() if position == 0 else self.entry_at(position)
 
     def entry_at(self, position: int) -> tuple[bytes, int, int]:
         """(command, index, term) of the record at `position`, its checksum checked: an entry read

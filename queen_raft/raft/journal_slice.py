@@ -27,6 +27,13 @@ class JournalSlice(Sequence):
             return [self._journal.entry_at(p) for p in self._positions[item]]
         return self._journal.entry_at(self._positions[item])
 
+    def __iter__(self):
+        # Sequence's own __iter__ indexes one position at a time until IndexError; pysyncobj iterates
+        # every slice it applies and sends.
+        entry_at = self._journal.entry_at
+        for position in self._positions:
+            yield entry_at(position)
+
     def __eq__(self, other) -> bool:
         if isinstance(other, (list, tuple, JournalSlice)):
             return list(self) == list(other)
