@@ -20,7 +20,7 @@ writer, as serialize()'s own refusal does.
 
 Overrides SyncObj._SyncObj__tryLogCompaction (wrapped) and reads __serializer,
 __forceLogCompaction, __raftLastApplied, __raftLog, __conf and __lastSerializedTime of pysyncobj
-0.3.17; tests/unit/test_raft_recipe.py pins the source.
+0.3.17; tests/unit/test_raft_recipe_syncobj.py pins the source.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ peer_frame.py instead of Fernet (the frame, its keys and the negotiation are des
 reads both kinds, so a node of an older version and this one still talk (Fernet both ways).
 
 It overrides private, name-mangled members of pysyncobj 0.3.17's TcpConnection;
-tests/unit/test_raft_recipe.py fails if those members change.
+tests/unit/test_raft_recipe_wire.py fails if those members change.
 """
 
 from __future__ import annotations

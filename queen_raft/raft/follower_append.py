@@ -68,7 +68,7 @@ deliver messages before __init__ returns).
 
 Overrides SyncObj._SyncObj__onMessageReceived (wrapping it) and reads __getEntries, __sendNextNodeIdx,
 __raftCurrentTerm, __raftCommitIndex, __raftLastApplied and __leaderCommitIndex of pysyncobj
-0.3.17; tests/unit/test_raft_recipe.py pins the handler's source and fails if any of it changes.
+0.3.17; tests/unit/test_raft_recipe_syncobj.py pins the handler's source and fails if any of it changes.
 """
 
 from __future__ import annotations

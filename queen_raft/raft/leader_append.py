@@ -21,7 +21,7 @@ apply, when this tick's coalesced send carried the new commit) is left out by th
 quiet_messages.QuietMessagesSyncObj, which every send here goes through.
 
 Overrides SyncObj._checkCommandsToApply (wrapping it), SyncObj._SyncObj__sendAppendEntries and
-SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins the source this relies on.
+SyncObj._SyncObj__applyLogEntries (wrapped: new work first, see there) of pysyncobj 0.3.17; tests/unit/test_raft_recipe_syncobj.py pins the source this relies on.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ BIND_FAILURE_LOG_S after it, and once more when the port is bound.
 
 It overrides the private, name-mangled accept callback of pysyncobj 0.3.17's TcpServer (bind()
 subscribes `self.__onNewConnection`, found on the subclass under its mangled name);
-tests/unit/test_raft_recipe.py fails if the members it reads change.
+tests/unit/test_raft_recipe_wire.py fails if the members it reads change.
 """
 
 from __future__ import annotations

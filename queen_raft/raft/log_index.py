@@ -12,7 +12,7 @@ per-entry lists (`indexes`, `terms`).
 IndexedLogSyncObj answers those from the lists. The entries themselves (applied, sent) are still
 read through `entry_at`, checksum and all. A log without the lists (a stock journal, in tests)
 takes the stock path. Overrides SyncObj._SyncObj__getCurrentLogIndex, __getCurrentLogTerm,
-__getPrevLogIndexTerm and __getEntries of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins
+__getPrevLogIndexTerm and __getEntries of pysyncobj 0.3.17; tests/unit/test_raft_log_index.py pins
 the stock source they replace.
 """
 

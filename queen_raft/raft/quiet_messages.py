@@ -54,7 +54,7 @@ the gaps, are never skipped.
 Overrides SyncObj._SyncObj__sendAppendEntries, __sendNextNodeIdx, __onMessageReceived (wrapped),
 __onNodeConnected and __onNodeDisconnected (wrapped) of pysyncobj 0.3.17, and reads
 __newAppendEntriesTime, __raftNextIndex, __otherNodes, __readonlyNodes and __connectedNodes;
-tests/unit/test_raft_recipe.py pins the source this relies on.
+tests/unit/test_raft_recipe_syncobj.py pins the source this relies on.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ installed from the leader) reads what waits in its sockets before it checks its 
 Overrides SyncObj._SyncObj__loadDumpFile, _onTick (wrapped), waitBinded (wrapped) and _doDestroy
 (wrapped) of pysyncobj 0.3.17; sets __raftElectionDeadline through __generateRaftTimeout and reads
 __raftLeader, __otherNodes, __connectedNodes, __raftState, __selfNode, __transport and the conf's
-connection timeout and retry time, and polls _poller; tests/unit/test_raft_recipe.py pins the source.
+connection timeout and retry time, and polls _poller; tests/unit/test_raft_recipe_journal.py pins the source.
 """
 
 from __future__ import annotations

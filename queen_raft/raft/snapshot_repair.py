@@ -12,7 +12,7 @@ forgets which index it last serialized and asks for a compaction, outside its tu
 next request then gets the new file. A rewrite whose writer fails (a full disk) is asked for again
 after a pause (snapshot_writer.REWRITE_RETRY_S) for as long as the damaged file is the one in place.
 
-Reads and writes pysyncobj 0.3.17's SyncObj.__lastSerializedEntry (tests/unit/test_raft_recipe.py
+Reads and writes pysyncobj 0.3.17's SyncObj.__lastSerializedEntry (tests/unit/test_raft_recipe_syncobj.py
 pins the source this relies on).
 """
 

@@ -25,7 +25,7 @@ operator also reads it without the log: TermStoreFaults is what GroupStatus.term
 by the first store that succeeds.
 
 Overrides SyncObj._SyncObj__setCurrentTerm, and wraps _SyncObj__onMessageReceived and _onTick to
-catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_recipe.py pins them.
+catch the TermNotStored it raises, of pysyncobj 0.3.17; tests/unit/test_raft_recipe_syncobj.py pins them.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@
 
 It overrides TCPTransport._connectIfNecessarySingle, _onNewIncomingConnection,
 _onIncomingMessageReceived, _onDisconnected, send and _onTick of
-pysyncobj 0.3.17; tests/unit/test_raft_recipe.py fails if they change.
+pysyncobj 0.3.17; tests/unit/test_raft_recipe_wire.py fails if they change.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.command_forms import PUSH_ROWS_LEVEL
-from test_raft_group_inprocess import groups, wait_until  # noqa: F401 (groups is a fixture)
+from lone_group_fixture import groups, wait_until  # noqa: F401 (groups is a fixture)
 
 pytestmark = pytest.mark.integration
 

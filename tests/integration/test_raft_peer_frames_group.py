@@ -20,7 +20,7 @@ from queen_raft.api.metrics import ApiMetrics
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.settings import CONNECTION_TIMEOUT_S
-from test_raft_group_inprocess import groups, wait_until  # noqa: F401 (groups is a fixture)
+from lone_group_fixture import groups, wait_until  # noqa: F401 (groups is a fixture)
 
 pytestmark = pytest.mark.integration
 

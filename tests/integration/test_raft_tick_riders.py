@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from queen_raft.raft import RaftSettings
-from test_raft_group_inprocess import groups, record_ticks, started, wait_until  # noqa: F401  (groups is a fixture)
+from lone_group_fixture import groups, record_ticks, started, wait_until  # noqa: F401  (groups is a fixture)
 
 pytestmark = pytest.mark.integration
 

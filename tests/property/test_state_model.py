@@ -6,101 +6,45 @@ a snapshot, under a wandering proposer clock that also runs backwards (the group
 Every answer is compared with the model's, and after every step the model's invariants are
 checked on what the state shows through its read helpers, and on its insides
 (TenantState.check_invariants: its indexes and counters agree).
+
+What it draws is in state_model_draws.py, the invariants in state_model_invariants.py.
 """
 
 import pytest
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from hypothesis_depth import PROPERTY_TIMEOUT_S, STATEFUL_SETTINGS
 from queen_raft.state import TenantState
-from timer_model import DEFAULT_PARTITION, TimerModel, utf8_order
+from state_model_draws import (
+    CLOCK_STEPS,
+    CONSUMER_GROUPS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DELAYS,
+    DISTINCT_GROUPS,
+    FIRE_POLICIES,
+    MAX_OPS_PER_BATCH,
+    MAX_POP_BATCH,
+    MAX_PUSH_ITEMS,
+    PARTITIONS,
+    PAYLOADS,
+    PRODUCER,
+    QUEUES,
+    SMALL_PAYLOAD_LIMIT,
+    START_WALL_MS,
+    TICK_POLICIES,
+    TIMER_KEYS,
+    assert_matches,
+    without_lease_ids,
+)
+from state_model_invariants import ModelInvariants
+from timer_model import TimerModel
 
 pytestmark = pytest.mark.timeout(PROPERTY_TIMEOUT_S)
 
-QUEUES = ["q0", "q1"]  # q0 may be configured at the start; q1 is only ever created implicitly.
-PARTITIONS = [DEFAULT_PARTITION, "a", "p1"]  # "Default" sorts first: pop(None) takes it first.
-TIMER_KEYS = ["k0", "k1", "k2", "k3", "tenant/42", "Z", "é"]  # "é" sorts last as UTF-8 bytes.
-PRODUCER = "producer-1"
-# None is the queue-mode group; "g1" a named group reading the same partitions independently.
-DISTINCT_GROUPS = [None, "g1"]
-CONSUMER_GROUPS = [None, None, "g1"]  # drawn: queue mode twice as often
 
-START_WALL_MS = 1_700_000_000_000
-HOUR_MS = 3_600_000
-
-# Enough ops per batch to interleave statuses, few enough that keys collide across batches.
-MAX_OPS_PER_BATCH = 4
-MAX_PUSH_ITEMS = 4
-MAX_POP_BATCH = 4
-# Payloads around the 12-byte maxPayloadBytes that q0 may get, and around the small fireMaxBytes.
-MAX_PAYLOAD = 20
-# Pages small enough that paging itself is exercised.
-FETCH_PAGE = 3
-LIST_PAGE = 2
-# Prefixes of the listing: several keys, one key, a key's own text, none of them.
-LIST_PREFIXES = ["k", "tenant/", "Z", "é", "k3", "x"]
-
-# The proposer's clock: stays, creeps, jumps past leases and dedup windows, or runs backwards
-# (another node, behind by seconds, proposes).
-CLOCK_STEPS = st.one_of(
-    st.just(0),
-    st.integers(1, 1500),
-    st.integers(-5000, -1),
-    st.integers(1500, 8000),
-    st.sampled_from([HOUR_MS - 1, HOUR_MS, HOUR_MS + 1, 300_000]),
-)
-DELAYS = st.one_of(
-    st.integers(-2000, 0),  # already due: fires in the scheduling entry
-    st.integers(1, 3000),
-    st.integers(3000, 20_000),
-    st.sampled_from([0, 1000, 2000]),  # due-time ties: only (queue, timerKey) orders the fires
-)
-# q0 may be configured with a 12-byte payload limit, which some payloads exceed and some do not.
-SMALL_PAYLOAD_LIMIT = 12
-DEFAULT_MAX_PAYLOAD_BYTES = 1048576
-SMALL_PAYLOAD_MAX = 8
-OVER_SMALL_LIMIT = 13
-# Few distinct sizes, so a fire batch's byte total often lands exactly on fireMaxBytes.
-PAYLOAD_SIZES = [0, 1, 4, SMALL_PAYLOAD_MAX, OVER_SMALL_LIMIT, MAX_PAYLOAD]
-PAYLOADS = st.sampled_from(PAYLOAD_SIZES).flatmap(lambda n: st.binary(min_size=n, max_size=n))
-POLICY_DICTS = st.fixed_dictionaries({
-    "fireBatch": st.integers(1, 3),
-    "fireMaxBytes": st.sampled_from([1, 4, 5, 8, 9, 12, 13, 16, 17, 21, 26, 40]),
-    "maxAttempts": st.integers(1, 3),
-    "backoffMinMs": st.integers(1, 500),
-    "backoffMaxMs": st.integers(500, 2000),
-})
-FIRE_POLICIES = st.one_of(st.none(), POLICY_DICTS)
-# Ticks carry a tight policy two times in three, so fire bounds, backoff and the DLQ are reached.
-TICK_POLICIES = st.one_of(st.none(), POLICY_DICTS, POLICY_DICTS)
-
-
-def assert_matches(got, want, where="answer"):
-    """Every key the model answers must be in the state's answer with the same value; the state
-    may add keys the contract does not name."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict), f"{where}: {got!r} is not a dict, want {want!r}"
-        for key, value in want.items():
-            assert key in got, f"{where}: missing {key!r} in {got!r}, want {want!r}"
-            assert_matches(got[key], value, f"{where}.{key}")
-    elif isinstance(want, list):
-        assert isinstance(got, list), f"{where}: {got!r} is not a list, want {want!r}"
-        assert len(got) == len(want), f"{where}: {got!r} != {want!r}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_matches(g, w, f"{where}[{i}]")
-    else:
-        assert got == want, f"{where}: {got!r} != {want!r}"
-
-
-def without_lease_ids(pop_answer):
-    """autoAck keeps no lease; the contract does not say which leaseId such an answer shows."""
-    return {"messages": [{k: v for k, v in m.items() if k != "leaseId"}
-                         for m in pop_answer["messages"]]}
-
-
-class StateAgainstModel(RuleBasedStateMachine):
+class StateAgainstModel(ModelInvariants, RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.state = TenantState()
@@ -423,142 +367,6 @@ class StateAgainstModel(RuleBasedStateMachine):
     def barrier(self, step):
         now = self.now(step)
         assert self.state.apply({"op": "barrier", "now": now}) == self.model.barrier(now)
-
-    # -------------------------------------------------------------------------- invariants
-    def state_log(self, queue, partition):
-        records = []
-        while True:
-            page = self.state.fetch(queue, partition, len(records), FETCH_PAGE)
-            assert len(page) <= FETCH_PAGE, page
-            if not page:
-                return records
-            records.extend(page)
-
-    @invariant()
-    def the_states_own_invariants_hold(self):
-        # Its indexes agree with its collections and its counters with what they count
-        # (queen_raft/state/invariants.py), whatever the answers compared below.
-        self.state.check_invariants()
-
-    @invariant()
-    def group_clock_is_the_max_of_proposals(self):
-        clock = self.state.clock() if callable(self.state.clock) else self.state.clock
-        assert clock == self.model.clock
-
-    @invariant()
-    def partition_logs_agree_and_hold_the_invariants(self):
-        cancelled = set(self.model.cancelled_message_ids)
-        for queue in QUEUES:
-            for partition in PARTITIONS:
-                records = self.state_log(queue, partition)
-                # Offsets gapless from 0.
-                assert [r["offset"] for r in records] == list(range(len(records))), records
-                # A txn at most once per partition, unless the model saw its window expire.
-                seen = {}
-                for r in records:
-                    seen[r["transactionId"]] = seen.get(r["transactionId"], 0) + 1
-                for txn, count in seen.items():
-                    allowed = 1 + self.model.reappended_after_expiry.get((queue, partition, txn), 0)
-                    assert count <= allowed, f"{queue}/{partition}: txn {txn} appended {count} times"
-                for r in records:
-                    # Nothing appended for a timer after an acknowledged cancel (or replacement).
-                    assert r["messageId"] not in cancelled, f"cancelled timer fired: {r!r}"
-                    # Nothing fires before its deliverAt.
-                    deliver_at = self.model.deliver_at_by_message_id.get(r["messageId"])
-                    if deliver_at is not None:
-                        assert r["createdAt"] >= deliver_at, f"fired early: {r!r} < {deliver_at}"
-                want = [{"offset": m["offset"], "transactionId": m["transactionId"],
-                         "messageId": m["messageId"], "payload": m["payload"],
-                         "createdAt": m["createdAt"]}
-                        for m in self.model.messages(queue, partition)]
-                assert_matches(records, want, f"fetch {queue}/{partition}")
-
-    @invariant()
-    def timers_agree(self):
-        assert self.state.next_due_at() == self.model.next_due_at()
-        counters = self.state.counters()
-        assert counters["pendingTimers"] == len(self.model.pending_timers)
-        assert_matches(counters["fired"], self.model.fired_counts, "counters.fired")
-        assert counters["billedMessages"] == self.model.billed
-        for queue in QUEUES:
-            for key in TIMER_KEYS:
-                got = self.state.peek_timer(queue, key)
-                timer = self.model.pending_timers.get((queue, key))
-                if timer is None:
-                    assert got is None, f"peek {queue}/{key}: {got!r}, model has no timer"
-                    self.fire_answer_agrees(queue, key)
-                    continue
-                assert_matches(got, {
-                    "queue": queue, "timerKey": key, "partition": timer["partition"],
-                    "deliverAt": timer["deliverAt"], "txn": timer["txn"],
-                    "messageId": timer["messageId"], "payload": timer["payload"],
-                    "attempts": timer["attempts"],
-                }, f"peek {queue}/{key}")
-                # Its text is the state's own; that there is one (after a failed fire, cleared by
-                # a reschedule) is the contract.
-                assert (got["lastError"] is None) == (timer["lastError"] is None), got
-
-    def fire_answer_agrees(self, queue, key):
-        """A key with no pending timer: where its remembered fire went, as the model says; a
-        dead letter's dlqId names the key's row in the DLQ."""
-        got = self.state.fired_timer(queue, key)
-        want = self.model.remembered_fire(queue, key)
-        if want is None:
-            assert got is None, f"fired {queue}/{key}: {got!r}, the model remembers no fire"
-            return
-        assert_matches(got, want, f"fired {queue}/{key}")
-        event(f"peek: {want['status']}")
-        if want["status"] == "dead_lettered":
-            row = next(r for r in self.state.dlq_list(queue, 1000) if r["dlqId"] == got["dlqId"])
-            assert (row["timerKey"], row["transactionId"]) == (key, want["txn"]), row
-
-    @invariant()
-    def listing_pages_through_the_pending_keys_in_byte_order(self):
-        for queue in QUEUES:
-            listed = []
-            after = None
-            while True:
-                page = self.state.list_timers(queue, after, LIST_PAGE)
-                rows = page["rows"]
-                assert len(rows) <= LIST_PAGE
-                listed.extend(row["timerKey"] for row in rows)
-                if not page["truncated"]:
-                    break
-                assert rows, "truncated page without rows"
-                after = page["nextAfter"]
-                assert after == rows[-1]["timerKey"]
-            assert listed == self.model.timer_keys(queue)
-            assert listed == sorted(listed, key=utf8_order)
-            for prefix in LIST_PREFIXES:
-                assert self.listed_with_prefix(queue, prefix) == [
-                    key for key in self.model.timer_keys(queue) if key.startswith(prefix)], prefix
-
-    def listed_with_prefix(self, queue, prefix):
-        listed, after = [], None
-        while True:
-            page = self.state.list_timers(queue, after, LIST_PAGE, prefix)
-            listed.extend(row["timerKey"] for row in page["rows"])
-            if not page["truncated"]:
-                return listed
-            after = page["nextAfter"]
-
-    @invariant()
-    def deliverable_agrees_with_pop(self):
-        for queue in QUEUES:
-            for partition in PARTITIONS:
-                for group in DISTINCT_GROUPS:
-                    assert (self.state.deliverable(queue, partition, group)
-                            == self.model.deliverable(queue, partition, group)), (queue, partition,
-                                                                                  group)
-
-    @invariant()
-    def timer_dead_letters_agree(self):
-        for queue in QUEUES:
-            want = self.model.queues.get(queue, {"dlq": []})["dlq"]
-            rows = self.state.dlq_list(queue, 1000)
-            fields = ("messageId", "transactionId", "partition", "consumerGroup", "offset")
-            assert (sorted(tuple(r[f] for f in fields) for r in rows)
-                    == sorted(tuple(w[f] for f in fields) for w in want)), rows
 
 
 StateAgainstModel.TestCase.settings = STATEFUL_SETTINGS

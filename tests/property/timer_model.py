@@ -15,85 +15,26 @@ released answers as the first did (or is refused when it names another status); 
 peek of a key whose timer fired within its queue's dedup window answers where the message went
 (`fired` with its partition and offset, `dead_lettered`), and `absent` once the window is over.
 
-Where the contract leaves a choice open, the choice is a named constant below, so a disagreement
-with the state is one line to find and one line to flip.
+Where the contract leaves a choice open, the choice is a named constant in model_contract.py, so a
+disagreement with the state is one line to find and one line to flip. Pops and acks are in
+consumption_model.py, the base of TimerModel.
 """
 
-DEFAULT_PARTITION = "Default"
-QUEUE_MODE_GROUP = "__QUEUE_MODE__"
-TIMER_DLQ_GROUP = "__timer__"
-
-# Queue option defaults, docs/commands.md `configure`.
-DEFAULT_QUEUE_OPTIONS = {
-    "leaseTime": 300,
-    "retryLimit": 3,
-    "deadLetterQueue": True,
-    "dedupWindowSeconds": 3600,
-    "delayedProcessing": 0,
-    "maxPayloadBytes": 1048576,
-    "maxSize": 0,
-    "retentionSeconds": 0,
-    "encryptionEnabled": False,
-}
-
-# Fire policy defaults, docs/commands.md `policy`.
-DEFAULT_POLICY = {
-    "fireBatch": 256,
-    "fireMaxBytes": 4194304,
-    "maxAttempts": 5,
-    "backoffMinMs": 1000,
-    "backoffMaxMs": 60000,
-    "transientBackoffMs": 1000,
-}
-
-# Contract choice: a dedup entry or a lease with expiry E is dead from clock == E on (the usual
-# "expiresAt <= now means expired"). The contract says "window" and "expired" without the boundary.
-EXPIRED_AT_EXACT_INSTANT = True
-
-# Contract choice: the dedup check runs before the payload limit, so a txn already in the window
-# answers `duplicate` (and a timer carrying it is done) even when its payload is over the queue's
-# maxPayloadBytes. docs/commands.md names both checks but not their order; a retried push of an
-# accepted message should be answered as the duplicate it is.
-DEDUP_BEFORE_PAYLOAD_LIMIT = True
-
-# Contract choice (broker.py): a lease remembers what it settled, live and once released by its
-# acks, so an ack naming a settled message again answers from that memory. A released lease is
-# remembered for ACK_RETRY_MEMORY_SECONDS after its release on the group clock; the state also
-# bounds the memory at 16,384 messages, far beyond what one run releases, so the model keeps every
-# released lease until its time is up.
-RETRIED_ACK_ANSWERS_AS_THE_FIRST = True
-ACK_RETRY_MEMORY_MS = 3_600_000
-
-# Contract choice (fired_memory.py): a key's fire is remembered for the destination queue's
-# dedupWindowSeconds from the fire (with the window in force at the fire), and dead at its end like
-# a dedup entry; a window of 0 remembers nothing. The state also bounds it at MAX_REMEMBERED_FIRES
-# (262,144) per tenant, far beyond what one run fires, so the model keeps every fire until it
-# expires. A cancel that removes a pending timer forgets the key's earlier fire.
-FIRES_REMEMBERED_FOR_THE_DEDUP_WINDOW = True
-
-# Contract choice: the first delivery of a message has deliveryAttempt 1, each redelivery after an
-# expired lease adds one.
-FIRST_DELIVERY_ATTEMPT = 1
-
-# Contract choice: a `timers` command fires, after its ops, only the timers it scheduled that are
-# already due (all of them, in (dueAt, queue, timerKey) order, not bounded by fireBatch); timers
-# that were due before the command wait for the next tick. "Schedules whose deliverAt <= groupNow
-# fire inside this same entry".
-IMMEDIATE_FIRE_ONLY_THIS_BATCH = True
+from consumption_model import ConsumptionModel
+from model_contract import (
+    DEDUP_BEFORE_PAYLOAD_LIMIT,
+    DEFAULT_PARTITION,
+    DEFAULT_POLICY,
+    DEFAULT_QUEUE_OPTIONS,
+    IMMEDIATE_FIRE_ONLY_THIS_BATCH,
+    QUEUE_MODE_GROUP,
+    TIMER_DLQ_GROUP,
+    is_expired,
+    utf8_order,
+)
 
 
-def is_expired(expires_at, clock):
-    if EXPIRED_AT_EXACT_INSTANT:
-        return clock >= expires_at
-    return clock > expires_at
-
-
-def utf8_order(key):
-    """timerKey order of list_timers: by the key's UTF-8 bytes."""
-    return key.encode("utf-8")
-
-
-class TimerModel:
+class TimerModel(ConsumptionModel):
     def __init__(self):
         self.clock = 0
         # (queue, timerKey) -> {"queue", "timerKey", "partition", "deliverAt", "dueAt", "txn",
@@ -381,127 +322,6 @@ class TimerModel:
                 result["error"] = status
                 result["offset"] = None
             results.append(result)
-        return {"results": results}
-
-    # ------------------------------------------------------------------------- pop and ack
-    def free_expired_lease(self, used):
-        lease = used["lease"]
-        if lease is not None and is_expired(lease["expiresAt"], self.clock):
-            used["lease"] = None
-
-    def has_deliverable(self, part, group):
-        used = self.consumption(part, group)
-        self.free_expired_lease(used)
-        return used["lease"] is None and used["cursor"] < len(part["messages"])
-
-    def pop(self, now, queue_name, partition_name, batch, lease_id, auto_ack, group=None):
-        self.advance(now)
-        nothing = {"leaseId": None, "messages": []}
-        if queue_name not in self.queues:
-            return nothing
-        partitions = self.queues[queue_name]["partitions"]
-        if partition_name is not None:
-            if (partition_name not in partitions
-                    or not self.has_deliverable(partitions[partition_name], group)):
-                return nothing
-            chosen = partition_name
-        else:
-            chosen = None
-            for name in sorted(partitions):
-                if self.has_deliverable(partitions[name], group):
-                    chosen = name
-                    break
-            if chosen is None:
-                return nothing
-        part = partitions[chosen]
-        used = self.consumption(part, group)
-        start = used["cursor"]
-        offsets = list(range(start, min(start + batch, len(part["messages"]))))
-        messages = []
-        for offset in offsets:
-            stored = part["messages"][offset]
-            used["deliveries"][offset] = used["deliveries"].get(offset, FIRST_DELIVERY_ATTEMPT - 1) + 1
-            messages.append({
-                "transactionId": stored["transactionId"],
-                "messageId": stored["messageId"],
-                "queue": queue_name,
-                "partition": chosen,
-                "offset": offset,
-                "leaseId": lease_id,
-                "deliveryAttempt": used["deliveries"][offset],
-                "payload": stored["payload"],
-                "createdAt": stored["createdAt"],
-                "consumerGroup": QUEUE_MODE_GROUP if group is None else group,
-                "traceId": stored["traceId"],
-            })
-        if auto_ack:
-            used["cursor"] = start + len(offsets)
-        else:
-            lease_time_ms = self.queues[queue_name]["options"]["leaseTime"] * 1000
-            used["lease"] = {"leaseId": lease_id, "expiresAt": self.clock + lease_time_ms,
-                             "offsets": offsets, "settled": []}
-        return {"leaseId": lease_id, "messages": messages}
-
-    def find_live_lease(self, lease_id):
-        """(queue, partition name, the group's consumption) holding this live lease, or None."""
-        for queue_name, q in self.queues.items():
-            for name, part in q["partitions"].items():
-                for used in part["groups"].values():
-                    self.free_expired_lease(used)
-                    lease = used["lease"]
-                    if lease is not None and lease["leaseId"] == lease_id:
-                        return queue_name, name, used
-        return None
-
-    def retried_ack(self, index, lease_id, item):
-        """The answer to an item no live lease covers: a repeat of a released lease's ack, or not."""
-        released = self.released_leases.get(lease_id) if RETRIED_ACK_ANSWERS_AS_THE_FIRST else None
-        if released is None or released[3] <= self.clock:
-            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
-        return self.repeated_ack(index, item, *released[:3])
-
-    @staticmethod
-    def repeated_ack(index, item, queue, partition, settled):
-        """An item naming a message its lease already settled (completed) answers as the first
-        ack did; with another status it is refused saying so."""
-        if (item["queue"], item["partition"]) != (queue, partition) or item["offset"] not in settled:
-            return {"index": index, "success": False, "error": "invalid_lease", "dlq": False}
-        if item["status"] == "completed":
-            return {"index": index, "success": True, "dlq": False}
-        return {"index": index, "success": False, "error": "invalid_lease", "dlq": False,
-                "message": "already settled as completed"}
-
-    def ack(self, now, lease_id, acknowledgments):
-        """Completed acks of a live lease; each item {"queue", "partition", "offset", "status"}.
-        Another status only names a lease no longer live (a retry of a released lease's ack)."""
-        self.advance(now)
-        results = []
-        for index, item in enumerate(acknowledgments):
-            holder = self.find_live_lease(lease_id)
-            if holder is None:
-                results.append(self.retried_ack(index, lease_id, item))
-                continue
-            if item["offset"] in holder[2]["lease"]["settled"]:
-                results.append(self.repeated_ack(index, item, holder[0], holder[1],
-                                                 holder[2]["lease"]["settled"]))
-                continue
-            assert item["status"] == "completed", "the model settles completed acks only"
-            if (holder[0] != item["queue"] or holder[1] != item["partition"]
-                    or item["offset"] not in holder[2]["lease"]["offsets"]):
-                results.append({"index": index, "success": False, "error": "invalid_lease",
-                                "dlq": False})
-                continue
-            used = holder[2]
-            lease = used["lease"]
-            if item["offset"] not in lease["settled"]:
-                lease["settled"].append(item["offset"])
-            while used["cursor"] in lease["settled"]:
-                used["cursor"] += 1
-            if sorted(lease["settled"]) == sorted(lease["offsets"]):
-                used["lease"] = None
-                self.released_leases[lease_id] = (holder[0], holder[1], list(lease["offsets"]),
-                                                  self.clock + ACK_RETRY_MEMORY_MS)
-            results.append({"index": index, "success": True, "dlq": False})
         return {"results": results}
 
     # --------------------------------------------------------------------------------- reads

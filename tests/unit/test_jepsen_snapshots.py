@@ -146,12 +146,13 @@ EXITS_ON_SIGTERM = "import time\nprint('ready', flush=True)\ntime.sleep(60)"
 
 def test_stop_all_signals_every_node_at_once_and_escalates_a_node_that_stays(monkeypatch, tmp_path):
     from jepsen import cluster as cluster_module
+    from jepsen.nodes import NodeProcess
 
     monkeypatch.setattr(cluster_module, "STOP_GRACE_S", 1.0)
     cluster = cluster_module.Cluster.__new__(cluster_module.Cluster)
     cluster.nodes = {}
     for node_id, code in (("n1", EXITS_ON_SIGTERM), ("n2", IGNORES_SIGTERM), ("n3", IGNORES_SIGTERM), ("n4", None)):
-        node = cluster_module.NodeProcess(node_id, 0, 0, tmp_path / f"{node_id}.log")
+        node = NodeProcess(node_id, 0, 0, tmp_path / f"{node_id}.log")
         if code is not None:
             node.process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
             assert node.process.stdout.readline().strip() == "ready"  # its signal handling is in place

@@ -7,7 +7,8 @@ import tomllib
 
 import pytest
 
-from jepsen.cluster import ORDERS_TENANT, PORT_RANGE, TENANT, TENANT_TOKENS, Cluster, free_port_block, free_ports
+from jepsen.cluster import ORDERS_TENANT, TENANT, TENANT_TOKENS, Cluster
+from jepsen.nodes import PORT_RANGE, free_port_block, free_ports
 from jepsen.generator import make_plan
 from jepsen.history import INVOKE, OK, Event, pair_operations, workload_operations
 from jepsen.report import find_property, operation_table, render_campaign, summarize
