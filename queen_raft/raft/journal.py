@@ -428,8 +428,7 @@ class GroupCommitJournal(CompactionGuardedJournal):
         return self._FileJournal__journalFile.file.fileno()
 
     def sync_to_disk(self) -> None:
-        """fdatasync(2) of the journal file: what msync(MS_SYNC) of its mapping makes durable, with
-        the GIL released during the syscall.
+        """fdatasync(2) of the journal file: what msync(MS_SYNC) of its mapping makes durable, GIL released.
 
         The same durability as pysyncobj's flush (mmap.flush: msync of the whole mapping). On Linux,
         msync(MS_SYNC) of a shared file mapping calls vfs_fsync_range(file, start, end, datasync=1)
@@ -442,11 +441,10 @@ class GroupCommitJournal(CompactionGuardedJournal):
         offset. tests/unit/test_raft_journal_flush.py checks that no page written through the
         mapping is left dirty, as after msync.
 
-        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under load the flushes took
-        a large share of the leader's GIL time, in which the loop thread (HTTP, handlers) could not
-        run (docs/performance.md). The price is that the tick thread must take the GIL back after
-        the syscall; node.py shortens the switch interval (GIL_SWITCH_INTERVAL_S) so that it does
-        not queue 5 ms for it behind the busy loop thread (without that, fdatasync was slower than
-        msync under load).
+        Why: CPython 3.11's mmap.flush holds the GIL during msync, and under load the flushes took a
+        large share of the leader's GIL time, in which the loop thread (HTTP, handlers) could not run
+        (docs/performance.md). The price is that the tick thread must take the GIL back after the
+        syscall; node.py shortens the switch interval (GIL_SWITCH_INTERVAL_S) so that it does not
+        queue 5 ms for it behind the busy loop thread (else fdatasync was slower than msync under load).
         """
         os.fdatasync(self.journal_fileno())
