@@ -113,10 +113,12 @@ def judged_on_partial_log(results: dict) -> dict:
 
 
 def overall_valid(results: dict) -> bool | None:
+    """False if a property failed; else None if one is unknown or none was judged at all (a run whose
+    cluster never came up holds no property: nothing judged is not a pass); else True."""
     verdicts = [prop.get("valid") for prop in results.values() if isinstance(prop, dict)]
     if any(v is False for v in verdicts):
         return False
-    if any(v is None for v in verdicts):
+    if not verdicts or any(v is None for v in verdicts):
         return None
     return True
 

@@ -113,6 +113,17 @@ def test_the_campaign_table_has_a_line_per_workload_of_each_run():
     assert "| unknown | 0/1 | replicas_agree unknown |" in rows[2]
 
 
+def test_a_run_that_judged_nothing_is_unknown_in_the_campaign_table_not_a_pass():
+    # A cluster that never came up leaves no property: its lines must not read as passes.
+    plan = {"workload": "timers", "companions": ["queue", "txn"], "nemesis": "partition", "seed": 2,
+            "duration_s": 60, "rate": 20}
+    summary = summarize("r", plan, "cmd", {}, [], [], ["the cluster did not become healthy"],
+                        {"timers": TENANT, "queue": ORDERS_TENANT, "txn": ORDERS_TENANT})
+    assert summary["valid"] is None and summary["workloads"]["timers"]["valid"] is None
+    rows = [line for line in render_campaign([summary]).splitlines() if line.startswith("| r |")]
+    assert len(rows) == 3 and all("| unknown | 0/0 |" in row for row in rows), rows
+
+
 def test_the_operation_counts_are_by_workload_and_name_the_transaction_route():
     events = [
         Event(1, INVOKE, "cancel", {"key": "t1", "via": "txn-ack"}, 10, 1, workload="timers"),
