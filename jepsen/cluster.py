@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jepsen.network import LinkNetwork
-from jepsen.nodes import HOST, NodeProcess, free_port_block, free_ports, node_command
+from jepsen.nodes import HOST, NodeProcess, free_port_block, free_ports, node_command, with_tree_first
 
 # Two tenants, so two Raft groups on the same node processes, as users run them: the timer
 # workloads in the first, the message workloads (queue, dedup, txn) in the second. A fault hits
@@ -152,6 +152,7 @@ class Cluster:
         environment.update(TEST_ENVIRONMENT)
         environment.update(self.spec.environment)
         environment.pop("QUEEN_TEST_CLOCK_OFFSET_MS", None)
+        environment = with_tree_first(environment, REPO_ROOT)
         if clock_offset_ms:
             environment["QUEEN_TEST_CLOCK_OFFSET_MS"] = str(clock_offset_ms)
         node.starts += 1

@@ -5,6 +5,7 @@ currently running it. cluster.py starts, signals and restarts these.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -69,6 +70,14 @@ def free_port_block(size: int, attempts: int = 50, taken: frozenset[int] = froze
 def node_command() -> list[str]:
     """The node's CLI, run by this interpreter so the venv that runs the harness runs the nodes."""
     return [sys.executable, "-m", "queen_raft"]
+
+
+def with_tree_first(environment: dict[str, str], tree: Path) -> dict[str, str]:
+    """`environment` with `tree` first on PYTHONPATH. A node runs in its run's directory, where
+    `-m queen_raft` would find the package the venv installed, which may be another checkout's (an
+    editable install): the nodes must run the code of the tree whose harness judges them."""
+    rest = environment.get("PYTHONPATH")
+    return {**environment, "PYTHONPATH": str(tree) + (os.pathsep + rest if rest else "")}
 
 
 @dataclass

@@ -3,11 +3,13 @@ plans, and each workload judged on its own operations."""
 
 from __future__ import annotations
 
+import sys
 import tomllib
 
 import pytest
 
-from jepsen.cluster import ORDERS_TENANT, TENANT, TENANT_TOKENS, Cluster
+import jepsen.cluster
+from jepsen.cluster import ORDERS_TENANT, REPO_ROOT, TENANT, TENANT_TOKENS, Cluster
 from jepsen.nodes import PORT_RANGE, free_port_block, free_ports
 from jepsen.generator import make_plan
 from jepsen.history import INVOKE, OK, Event, pair_operations, workload_operations
@@ -36,6 +38,26 @@ def test_the_config_holds_both_tenants_and_one_proxy_per_tenant_on_each_link(tmp
                                                                   for p in [n.raft_port] for i in range(2)]
         ports += [proxy.listen_port for proxy in proxies.values()]
         assert len(ports) == len(set(ports))
+    finally:
+        cluster.close()
+
+
+def test_the_nodes_run_the_code_of_the_harness_s_own_tree(tmp_path, monkeypatch):
+    # Another checkout first on the path (as an editable install of another tree would be) must not
+    # be what the nodes run: the harness judges the tree it belongs to.
+    other = tmp_path / "other-checkout"
+    (other / "queen_raft").mkdir(parents=True)
+    (other / "queen_raft" / "__init__.py").write_text("", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(other))
+    monkeypatch.setattr(jepsen.cluster, "node_command", lambda: [
+        sys.executable, "-c", "import queen_raft; print('imported', queen_raft.__file__)"])
+    cluster = Cluster(tmp_path / "run")
+    try:
+        node = cluster.start("n1")
+        assert node.process.wait(timeout=30) == 0
+        imported = [line for line in node.log_path.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("imported ")]
+        assert imported == [f"imported {REPO_ROOT / 'queen_raft' / '__init__.py'}"]
     finally:
         cluster.close()
 
