@@ -23,17 +23,23 @@ $(STAMP): $(RUNTIME_STAMP)
 
 # One mixed fault-injection run of about a minute (the smoke run), then the suite; both always
 # run, either failing fails the target, and pytest's summary stays the closing line.
+# The suite runs in TEST_WORKERS pytest-xdist processes: its integration half mostly waits on node
+# processes (elections, restarts, timeouts), so two workers on 2 cores halve the wall clock; worksteal
+# hands a worker whose queue ran dry the other's pending tests, so the long ones do not end it alone
+# (tests/integration/port_blocks.py keeps the workers' fixed ports apart). TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
+
 test: venv
 	@$(MAKE) --no-print-directory jepsen-smoke; smoke=$$?; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider; suite=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal; suite=$$?; \
 	[ $$smoke -eq 0 ] || echo "make test: the jepsen smoke run failed (exit $$smoke); see jepsen/store/latest/report.md"; \
 	[ $$smoke -eq 0 ] && [ $$suite -eq 0 ]
 
 test-unit: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/property
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal tests/unit tests/property
 
 test-integration: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal tests/integration
 
 # A non-editable install: the wheel built from this tree, in a fresh venv, runs a node and the CLI,
 # and its SDK type-checks for a user (about 30 s; part of `make test` too).

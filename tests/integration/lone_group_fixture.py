@@ -15,8 +15,9 @@ import pytest
 
 from queen_raft.raft import RaftSettings, TenantGroup
 from raft_test_state import TimerLogState
+from port_blocks import worker_port
 
-_PORTS = itertools.count(17500)
+_PORTS = itertools.count(worker_port(17500))
 # A lone node elects itself after one election timeout (0.2-0.6 s).
 SELF_ELECTION_WAIT_S = 5.0
 

@@ -18,12 +18,13 @@ from pysyncobj import FAIL_REASON
 from queen_raft.raft import RaftSettings, TenantGroup
 from queen_raft.raft.replicated_state import encode_command
 from raft_test_state import TimerLogState
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
 # A port block no other test uses (group_inprocess counts up from 17500, tenant_state 17600-17650,
 # follower_burst 17800).
-_PORTS = itertools.count(17900)
+_PORTS = itertools.count(worker_port(17900))
 ELECTION_WAIT_S = 5.0
 CONVERGE_WAIT_S = 10.0
 # Enough concurrent calls per node that many arrive while entries are in flight.

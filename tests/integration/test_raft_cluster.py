@@ -10,12 +10,13 @@ import time
 import pytest
 
 from raft_node_fixture import NodeUnavailable, RaftTestCluster
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
 # Each cluster takes 3 Raft ports and 3 HTTP ports out of a block of 10, in 17xxx where nothing
 # else of this project listens (dev configs use 66xx / 74xx).
-_PORT_BLOCKS = itertools.count(17300, 10)
+_PORT_BLOCKS = itertools.count(worker_port(17300), 10)
 ONE_MIB = 1024 * 1024
 # Failover after kill -9 takes 0.2-2 s with these timings. 3 s leaves room for a loaded 2-core CI box without hiding a regression
 # to stock timings (30 s fallback, 5 s reconnect).

@@ -12,10 +12,11 @@ import pytest
 from queen_raft.raft import RaftSettings
 from queen_raft.raft.command_forms import PUSH_ROWS_LEVEL
 from lone_group_fixture import groups, wait_until  # noqa: F401 (groups is a fixture)
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
-_PORTS = itertools.count(17700)
+_PORTS = itertools.count(worker_port(17700))
 
 
 async def test_every_member_learns_the_group_applies_rows_and_falls_back_when_one_drops(groups):  # noqa: F811

@@ -15,11 +15,12 @@ import time
 import pytest
 
 from raft_node_fixture import NodeUnavailable, RaftTestCluster
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
 # 3 Raft ports and 3 HTTP ports, in a block no other test or bench of this project uses.
-RAFT_BASE_PORT = 17800
+RAFT_BASE_PORT = worker_port(17800)
 HTTP_BASE_PORT = RAFT_BASE_PORT + 5
 # A few thousand writes, 32 at a time: enough for the leader to resend overlapping ranges many
 # times (stock logged 9-22 truncations per burst), ~2 s on the shared 2-core box.

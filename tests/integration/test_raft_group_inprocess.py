@@ -16,6 +16,7 @@ import pytest
 from queen_raft.raft import MAX_ENTRY_BYTES, EntryTooLarge, GroupUnavailable, RaftSettings
 from queen_raft.raft.group_api import GroupStatus
 from lone_group_fixture import groups, record_ticks, started, wait_until  # noqa: F401 (groups is a fixture)
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,7 @@ async def test_calls_beyond_the_in_flight_bound_are_refused_as_busy(groups):
 
 async def test_without_a_leader_a_write_fails_fast_with_no_leader(groups):
     # Two peers that do not exist: no quorum, no leader, ever.
-    group = groups(RaftSettings(), peers=["127.0.0.1:17598", "127.0.0.1:17599"])
+    group = groups(RaftSettings(), peers=[f"127.0.0.1:{worker_port(17598)}", f"127.0.0.1:{worker_port(17599)}"])
     started_at = time.monotonic()
     with pytest.raises(GroupUnavailable) as caught:
         await group.propose({"op": "set", "key": "k", "value": 1})

@@ -15,10 +15,11 @@ from queen_raft.raft.journal import RELEASE_STEP_BYTES, RESIDENT_TAIL_BYTES
 from queen_raft.raft.settings import HEAP_TRIM_AFTER_LOG_BYTES, HEAP_TRIM_IDLE_S
 from queen_raft.raft.transport import HeapTrimmer
 from raft_test_state import TimerLogState
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
-_PORTS = itertools.count(17900)
+_PORTS = itertools.count(worker_port(17900))
 SELF_ELECTION_WAIT_S = 5.0
 VALUE_BYTES = 64 * 1024
 # Enough 64 KiB entries to pass the trim's burst threshold with room to spare.

@@ -21,10 +21,11 @@ from queen_raft.raft import RaftSettings
 from queen_raft.raft.connection import FastTcpConnection
 from queen_raft.raft.settings import CONNECTION_TIMEOUT_S
 from lone_group_fixture import groups, wait_until  # noqa: F401 (groups is a fixture)
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
-_PORTS = itertools.count(17800)
+_PORTS = itertools.count(worker_port(17800))
 PASSWORD = "mixed group password"
 # The rejoin hold's bound (connection timeout + retry), an election timeout, and room for a loaded machine.
 ELECTION_WITH_HOLD_S = CONNECTION_TIMEOUT_S + RaftSettings().connection_retry_s + RaftSettings().election_max_s + 4.0

@@ -13,11 +13,12 @@ import pytest
 from lazyfs_fixture import NEEDS_LAZYFS, lazy  # noqa: F401  (lazy is a fixture)
 from queen_raft.raft import RaftSettings, TenantGroup
 from raft_test_state import TimerLogState
+from port_blocks import worker_port
 
 pytestmark = [pytest.mark.integration, NEEDS_LAZYFS]
 
 SELF_ELECTION_WAIT_S = 5.0
-PORT = 17950
+PORT = worker_port(17950)
 
 
 async def _acknowledged_write(data_dir: str) -> None:

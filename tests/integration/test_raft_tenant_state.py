@@ -10,10 +10,11 @@ import time
 import pytest
 
 from raft_node_fixture import NodeUnavailable, RaftTestCluster
+from port_blocks import worker_port
 
 pytestmark = pytest.mark.integration
 
-_PORT_BLOCKS = itertools.count(17600, 10)
+_PORT_BLOCKS = itertools.count(worker_port(17600), 10)
 ONE_MIB = 1024 * 1024
 # A fire lands within a tick of its instant; allow for a loaded machine and the HTTP round trips.
 FIRE_WAIT_S = 5.0
