@@ -33,6 +33,7 @@ from queen_raft.raft.damaged import DamagedDataError, on_runtime_damage, remove_
 from queen_raft.raft.damaged import exit_code_for as damaged_data_exit_code
 from queen_raft.raft.startup_phases import log_phase, log_process_started
 from queen_raft.state import TenantState
+from queen_raft.young_collections import YoungCollections
 
 log = logging.getLogger("queen_raft.node")
 
@@ -54,7 +55,8 @@ ENCRYPTION_CHECK_RETRY_S = 0.25
 # CPython's other one, a full collection whenever the long-lived heap has grown by a quarter, which
 # a node's growing state (every pending timer is long-lived) triggers again and again, each time
 # holding the GIL for tens of milliseconds while finding almost nothing cyclic: the p99 of every
-# call in flight (docs/performance.md).
+# call in flight (docs/performance.md). Young collections also run on a clock
+# (young_collections.py): the count above says nothing of the containers' sizes.
 GC_THRESHOLDS = (10_000, 10, 1000)
 # How long a thread waiting for the GIL lets the holder run before asking it to let go (CPython's
 # default is 5 ms). The journal flush releases the GIL (fdatasync, raft/journal.py), so the tick
@@ -217,6 +219,8 @@ async def serve(process: NodeProcess) -> None:
     await site.start()
     log.info("node %s serving %s (tenants: %s)", process.node.id, process.node.http_url, ", ".join(process.groups))
     key_check = asyncio.create_task(refuse_to_run_without_key(process, stop))
+    young_collections = YoungCollections()
+    young_collections.start(loop)
 
     def stop_on_damage(error: DamagedDataError) -> None:  # any thread: an entry read back failed its check
         process.damaged = process.damaged or error
@@ -229,6 +233,7 @@ async def serve(process: NodeProcess) -> None:
     finally:
         remove_runtime_damage_listener(stop_on_damage)
         key_check.cancel()
+        young_collections.stop()
         await runner.cleanup()
         app[CLIENT_ERRORS_KEY].flush()  # the counts of the last interval
         for group in process.groups.values():
