@@ -189,13 +189,24 @@ async def test_a_refused_token_shows_the_servers_error(node_cluster):
         assert browser.errors == []
 
 
+# The acme leader the cluster view names, once it names one.
+SHOWN_LEADER = "(t => t && t !== 'none' && t)(document.getElementById('leader-acme')?.textContent)"
+
+
 async def test_the_cluster_view_names_the_new_leader_after_a_kill(node_cluster):
     cluster = node_cluster
-    old = cluster.role_of("acme", "leader")
-    watcher = next(n for n in cluster.node_ids if n != old)
     async with Browser() as browser:
-        await browser.open(page_url(cluster, watcher, token=token("acme", "read-only"), view="cluster"))
-        await browser.wait_for(f"document.getElementById('leader-acme')?.textContent === {json.dumps(old)}")
+        for _ in range(5):
+            old = cluster.role_of("acme", "leader")
+            watcher = next(n for n in cluster.node_ids if n != old)
+            await browser.open(page_url(cluster, watcher, token=token("acme", "read-only"), view="cluster"))
+            shown = await browser.wait_for(SHOWN_LEADER)
+            if shown == old:
+                break
+            # The group elected another leader between the health read and the page's own (a
+            # follower that missed heartbeats on a loaded machine): read both again.
+        else:
+            pytest.fail(f"the page and /health never agreed on acme's leader (last: {shown} against {old})")
         assert await asyncio.to_thread(cluster.stop_node, old, signal.SIGKILL) == -signal.SIGKILL
         try:
             new = await browser.wait_for(
