@@ -28,7 +28,7 @@ from aiohttp import web
 from queen_raft.api.auth import Access, require
 from queen_raft.api.group_calls import read
 from queen_raft.api.serving import serving_of
-from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer, yield_the_cpu_to_the_node
+from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer
 
 UNAVAILABLE = "unavailable"
 STREAM_CHUNK_BYTES = 1 << 20
@@ -54,7 +54,6 @@ def _encode_in_child(state, output) -> None:
     code = 1
     try:
         prefer_this_process_for_the_oom_killer()
-        yield_the_cpu_to_the_node()
         if hasattr(state, "write_snapshot"):
             state.write_snapshot(output)  # streamed: the encoded state is never whole in memory
         else:

@@ -63,7 +63,7 @@ from pysyncobj.serializer import Serializer
 
 from queen_raft import clock
 from queen_raft.raft.compaction_turn import turn_of
-from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer, yield_the_cpu_to_the_node
+from queen_raft.raft.forked_writer import prefer_this_process_for_the_oom_killer
 from queen_raft.raft.journal import fsync_directory_of
 from queen_raft.raft.snapshot_file import (
     HEADER,
@@ -148,7 +148,6 @@ def _run_writer(tmp_path: str, dump: tuple, parent_pid: int, delay_s: float) -> 
             code = EXIT_WRITER_ORPHANED
         else:
             prefer_this_process_for_the_oom_killer()
-            yield_the_cpu_to_the_node()
             if delay_s:
                 time.sleep(delay_s)
             write_snapshot(tmp_path, dump)

@@ -3,7 +3,6 @@ thread needs for every apply) is held only for the fork, not for the encode."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -76,18 +75,3 @@ def test_the_encoder_is_the_oom_killers_first_choice_and_its_node_is_not():
     with output:
         assert output.read() == str(OOM_SCORE_ADJ).encode()
     assert open("/proc/self/oom_score_adj", "rb").read().strip() == node_score
-
-
-class PolicyReportingState:
-    """Encodes the CPU policy the encoding process runs under."""
-
-    def snapshot(self) -> bytes:
-        return str(os.sched_getscheduler(0)).encode()
-
-
-def test_the_encoder_takes_only_idle_cpu_and_its_node_keeps_its_policy():
-    node_policy = os.sched_getscheduler(0)
-    output, _ = _take_snapshot(LockedGroup(PolicyReportingState()))
-    with output:
-        assert output.read() == str(os.SCHED_IDLE).encode()
-    assert os.sched_getscheduler(0) == node_policy

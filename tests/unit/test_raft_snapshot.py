@@ -236,22 +236,6 @@ def test_a_running_writer_is_the_oom_killers_first_choice_and_its_node_is_not(tm
         serializer.stop_writer()
 
 
-def test_a_running_writer_takes_only_idle_cpu_and_its_node_keeps_its_policy(tmp_path, monkeypatch):
-    monkeypatch.setenv("QUEEN_TEST_HOOKS", "1")
-    monkeypatch.setenv(WRITER_DELAY_ENV, "30000")  # holds the writer before it writes
-    serializer = SnapshotSerializer(str(tmp_path / "raft.snapshot"), 4096)
-    node_policy = os.sched_getscheduler(0)
-    serializer.serialize(dump_ending_at(6), 5)
-    try:
-        deadline = time.monotonic() + 10
-        while os.sched_getscheduler(serializer._pid) != os.SCHED_IDLE:
-            assert time.monotonic() < deadline, "the writer never took the idle policy"
-            time.sleep(0.01)
-        assert os.sched_getscheduler(0) == node_policy != os.SCHED_IDLE
-    finally:
-        serializer.stop_writer()
-
-
 def test_a_child_that_may_not_raise_its_oom_score_still_writes(tmp_path):
     assert prefer_this_process_for_the_oom_killer(str(tmp_path / "missing" / "oom_score_adj")) is False
 
